@@ -1,0 +1,277 @@
+import { BaseBackend, failure } from "../core/base.js";
+import { errors, StrataError, toFileOperationError } from "../core/errors.js";
+import { compileGlob, searchRoot } from "../core/glob.js";
+import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
+import { isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
+import { isSandboxBackend, type BackendProtocol, type SandboxBackendProtocol } from "../core/protocol.js";
+import type {
+  DeleteResult,
+  EditResult,
+  ExecuteOptions,
+  ExecuteResponse,
+  FileData,
+  FileDownloadResponse,
+  FileInfo,
+  FileUploadResponse,
+  GrepMatch,
+  GrepOptions,
+  GrepResult,
+  WriteOptions,
+  WriteResult,
+} from "../core/types.js";
+
+export interface CompositeBackendOptions {
+  /** Serves every path no route claims. */
+  default: BackendProtocol;
+  /** Path prefix → backend. `/mem` claims `/mem` and `/mem/…`, never `/memo`. */
+  routes: Record<string, BackendProtocol>;
+}
+
+interface Route {
+  prefix: string;
+  backend: BackendProtocol;
+}
+
+interface Target {
+  backend: BackendProtocol;
+  /** The route prefix, or undefined for the default backend. */
+  prefix: string | undefined;
+  /** The path as the target backend sees it. */
+  inner: string;
+}
+
+/**
+ * Routes each path to a backend by its longest matching prefix. Searches
+ * fan out in parallel to every backend under the search path and merge
+ * under one global cap. Paths and messages are translated both ways, so a
+ * caller never sees a routed backend's inner paths.
+ */
+export class CompositeBackend extends BaseBackend implements SandboxBackendProtocol {
+  readonly default: BackendProtocol;
+  private readonly routes: Route[];
+
+  constructor(options: CompositeBackendOptions) {
+    super();
+    this.default = options.default;
+    this.routes = Object.entries(options.routes)
+      .map(([prefix, backend]) => {
+        const normalized = normalizePath(prefix);
+        if (normalized === "/") throw errors.invalidArgument("a route cannot be '/'; that is the default backend");
+        return { prefix: normalized, backend };
+      })
+      .sort((a, b) => b.prefix.length - a.prefix.length);
+  }
+
+  get id(): string {
+    return isSandboxBackend(this.default) ? this.default.id : "composite";
+  }
+
+  private target(path: string): Target {
+    for (const route of this.routes) {
+      if (isWithin(route.prefix, path)) return { backend: route.backend, prefix: route.prefix, inner: `/${relativeTo(route.prefix, path)}` };
+    }
+    return { backend: this.default, prefix: undefined, inner: path };
+  }
+
+  private shadowed(path: string): boolean {
+    return this.routes.some((route) => isWithin(route.prefix, path));
+  }
+
+  async lsInfo(dirPath: string): Promise<FileInfo[]> {
+    const dir = normalizePath(dirPath);
+    const t = this.target(dir);
+    const listed = await this.translate(t, () => t.backend.lsInfo(t.inner));
+    if (t.prefix !== undefined) return listed.map((info) => ({ ...info, path: outer(t.prefix, info.path) }));
+    const entries = new Map<string, FileInfo>();
+    for (const info of listed) {
+      if (!this.shadowed(info.path.replace(/\/$/, ""))) entries.set(info.path, info);
+    }
+    for (const { prefix } of this.routes) {
+      if (prefix === dir || !isWithin(dir, prefix)) continue;
+      const child = joinPath(dir, relativeTo(dir, prefix).split("/")[0]!);
+      entries.set(`${child}/`, { path: `${child}/`, is_dir: true });
+    }
+    return sortByPath([...entries.values()]);
+  }
+
+  async readRaw(filePath: string): Promise<FileData> {
+    const t = this.target(normalizePath(filePath));
+    return this.translate(t, () => t.backend.readRaw(t.inner));
+  }
+
+  override async read(filePath: string, offset?: number, limit?: number): Promise<string> {
+    let t: Target;
+    try {
+      t = this.target(normalizePath(filePath));
+    } catch (error) {
+      return `Error: ${failure(error, filePath).error}`;
+    }
+    const text = await t.backend.read(t.inner, offset, limit);
+    return text.startsWith("Error: ") ? this.message(t, text) : text;
+  }
+
+  write(filePath: string, content: string, options?: WriteOptions): Promise<WriteResult> {
+    return this.routed(filePath, (t) => t.backend.write(t.inner, content, options));
+  }
+
+  edit(filePath: string, oldString: string, newString: string, replaceAll?: boolean): Promise<EditResult> {
+    return this.routed(filePath, (t) => t.backend.edit(t.inner, oldString, newString, replaceAll));
+  }
+
+  delete(filePath: string): Promise<DeleteResult> {
+    return this.routed(filePath, (t) => t.backend.delete(t.inner));
+  }
+
+  async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
+    validateGrepPattern(pattern);
+    validateMaxCount(options.maxCount);
+    const root = searchRoot(path);
+    const matcher = glob ? compileGlob(glob, root) : undefined;
+    const results = await Promise.all(
+      this.fanOut(root).map(async (t) => {
+        const passGlob = !!glob && globMeansTheSame(glob, t, root);
+        const inner = await this.translate(t, () =>
+          t.backend.grep(pattern, t.inner, passGlob ? glob : null, passGlob || !glob ? options : {}),
+        );
+        return inner.matches
+          .map((m): GrepMatch => ({ ...m, path: outer(t.prefix, m.path) }))
+          .filter((m) => (t.prefix !== undefined || !this.shadowed(m.path)) && (!matcher || matcher(m.path)));
+      }),
+    );
+    return capMatches(sortMatches(results.flat()), options.maxCount);
+  }
+
+  async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
+    const root = searchRoot(path);
+    const matcher = compileGlob(pattern, root);
+    const results = await Promise.all(
+      this.fanOut(matcher.root).map(async (t) => {
+        const innerPattern = globMeansTheSame(pattern, t, root) ? pattern : "**";
+        const found = await this.translate(t, () => t.backend.globInfo(innerPattern, t.inner));
+        return found
+          .map((info) => ({ ...info, path: outer(t.prefix, info.path) }))
+          .filter((info) => (t.prefix !== undefined || !this.shadowed(info.path)) && matcher(info.path));
+      }),
+    );
+    return sortByPath(results.flat());
+  }
+
+  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+    return this.batched(
+      files.map(([path]) => path),
+      (t, indices) => t.backend.uploadFiles(indices.map((i) => [this.target(normalizePath(files[i]![0])).inner, files[i]![1]] as const)),
+      (path, error) => ({ path, error }),
+    );
+  }
+
+  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+    return this.batched(
+      paths,
+      (t, indices) => t.backend.downloadFiles(indices.map((i) => this.target(normalizePath(paths[i]!)).inner)),
+      (path, error) => ({ path, content: null, error }),
+    );
+  }
+
+  async execute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse> {
+    if (!isSandboxBackend(this.default)) {
+      throw new StrataError("unsupported", "This workspace cannot run commands: its default backend is not a sandbox");
+    }
+    return this.default.execute(command, options);
+  }
+
+  /** The backends a search under `root` must visit, each with its inner search path. */
+  private fanOut(root: string): Target[] {
+    const t = this.target(root);
+    if (t.prefix !== undefined) return [t];
+    const targets: Target[] = [t];
+    for (const route of this.routes) {
+      if (isWithin(root, route.prefix)) targets.push({ backend: route.backend, prefix: route.prefix, inner: "/" });
+    }
+    return targets;
+  }
+
+  /** Groups items per backend (one call each, in parallel) and answers in input order. */
+  private async batched<R extends { path: string }>(
+    paths: readonly string[],
+    call: (t: Target, indices: number[]) => Promise<R[]>,
+    failed: (path: string, error: ReturnType<typeof toFileOperationError>) => R,
+  ): Promise<R[]> {
+    const out = new Array<R>(paths.length);
+    const groups = new Map<BackendProtocol, { t: Target; indices: number[] }>();
+    paths.forEach((path, i) => {
+      try {
+        const t = this.target(normalizePath(path));
+        const group = groups.get(t.backend) ?? { t, indices: [] };
+        group.indices.push(i);
+        groups.set(t.backend, group);
+      } catch (error) {
+        out[i] = failed(path, toFileOperationError(failure(error, path).code));
+      }
+    });
+    await Promise.all(
+      [...groups.values()].map(async ({ t, indices }) => {
+        const responses = await call(t, indices);
+        indices.forEach((i, k) => {
+          out[i] = { ...responses[k]!, path: paths[i]! };
+        });
+      }),
+    );
+    return out;
+  }
+
+  private async routed<R extends { error?: string; path?: string; filesUpdate?: Record<string, unknown> | null }>(
+    filePath: string,
+    call: (t: Target) => Promise<R>,
+  ): Promise<R> {
+    let t: Target;
+    try {
+      t = this.target(normalizePath(filePath));
+    } catch (error) {
+      return failure(error, filePath) as unknown as R;
+    }
+    const result = await call(t);
+    if (t.prefix === undefined) return result;
+    const translated = { ...result };
+    if (result.error !== undefined) translated.error = this.message(t, result.error);
+    if (result.path !== undefined) translated.path = outer(t.prefix, result.path);
+    if (result.filesUpdate) {
+      translated.filesUpdate = Object.fromEntries(Object.entries(result.filesUpdate).map(([p, v]) => [outer(t.prefix, p), v]));
+    }
+    return translated;
+  }
+
+  /** Runs a call against a target, rewriting a thrown error's inner paths to outer ones. */
+  private async translate<T>(t: Target, call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (error) {
+      if (t.prefix !== undefined && error instanceof StrataError) throw new StrataError(error.code, this.message(t, error.message), { cause: error });
+      throw error;
+    }
+  }
+
+  /** Rewrites quoted inner paths in a routed backend's message to the caller's paths. */
+  private message(t: Target, message: string): string {
+    if (t.prefix === undefined) return message;
+    return message.replace(/'(\/[^']*)'/g, (_, inner: string) => `'${outer(t.prefix, inner)}'`);
+  }
+}
+
+/**
+ * Whether a glob can be handed to a target unchanged: a basename glob means the
+ * same everywhere, and a relative one does when the target searches from the
+ * caller's own search path. Otherwise it is applied to outer paths afterwards.
+ */
+function globMeansTheSame(glob: string, t: Target, root: string): boolean {
+  if (t.prefix === undefined) return true;
+  if (glob.startsWith("/")) return false;
+  return !glob.includes("/") || outer(t.prefix, t.inner) === root;
+}
+
+/** An inner path of a routed backend as the caller sees it (keeps a directory's trailing `/`). */
+function outer(prefix: string | undefined, inner: string): string {
+  if (prefix === undefined) return inner;
+  if (inner === "/") return prefix;
+  return prefix + inner;
+}
+

@@ -1,0 +1,91 @@
+/**
+ * Typed errors. Every failure a caller can act on carries a stable `code`;
+ * messages name virtual paths only, never a host path.
+ */
+
+/** The four error codes of the seeds' upload/download contract. */
+export type FileOperationError = "file_not_found" | "permission_denied" | "is_directory" | "invalid_path";
+
+/** Every code a Strata operation can fail with. */
+export type ErrorCode =
+  | FileOperationError
+  | "already_exists"
+  | "not_a_directory"
+  | "binary_file"
+  | "no_match"
+  | "ambiguous_match"
+  | "invalid_argument"
+  | "too_large"
+  | "conflict"
+  | "timeout"
+  | "unavailable"
+  | "unsupported"
+  | "sandbox_closed"
+  | "io_error";
+
+export class StrataError extends Error {
+  override readonly name = "StrataError";
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+export function isStrataError(value: unknown, code?: ErrorCode): value is StrataError {
+  return value instanceof StrataError && (code === undefined || value.code === code);
+}
+
+/** Narrows any error code to one of the seeds' four upload/download codes. */
+export function toFileOperationError(code: ErrorCode): FileOperationError {
+  switch (code) {
+    case "file_not_found":
+    case "permission_denied":
+    case "is_directory":
+    case "invalid_path":
+      return code;
+    case "not_a_directory":
+    case "already_exists":
+      // A path whose parent is a file (or that names an existing directory's
+      // place) cannot be addressed: the caller must pick another path.
+      return "invalid_path";
+    default:
+      return "permission_denied";
+  }
+}
+
+/** The one place error wording lives, so every backend says the same thing. */
+export const errors = {
+  invalidPath: (path: string, why: string) => new StrataError("invalid_path", `Invalid path '${printable(path)}': ${why}`),
+  notFound: (path: string) => new StrataError("file_not_found", `File '${path}' not found`),
+  isDirectory: (path: string) => new StrataError("is_directory", `'${path}' is a directory, not a file`),
+  notADirectory: (path: string) =>
+    new StrataError("not_a_directory", `A parent of '${path}' is a file, not a directory`),
+  alreadyExists: (path: string) =>
+    new StrataError(
+      "already_exists",
+      `File '${path}' already exists. Read it and use edit to change it, or write with overwrite to replace it`,
+    ),
+  binary: (path: string, size: number) =>
+    new StrataError("binary_file", `'${path}' is a binary file (${size} bytes); download it instead of reading it`),
+  permissionDenied: (path: string) => new StrataError("permission_denied", `Permission denied: '${path}'`),
+  tooLarge: (path: string, size: number, max: number) =>
+    new StrataError("too_large", `'${path}' is ${size} bytes, over the ${max}-byte limit`),
+  invalidArgument: (message: string) => new StrataError("invalid_argument", message),
+  io: (path: string, cause?: unknown) =>
+    new StrataError("io_error", `I/O error on '${path}'`, cause === undefined ? undefined : { cause }),
+};
+
+/** Makes a hostile path safe to echo in a message (control characters escaped, length capped). */
+function printable(path: string): string {
+  const escaped = path.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
+  return escaped.length > 200 ? `${escaped.slice(0, 200)}…` : escaped;
+}
+
+/** Converts any thrown value into a StrataError without leaking host details. */
+export function asStrataError(error: unknown, path: string): StrataError {
+  if (error instanceof StrataError) return error;
+  return errors.io(path, error);
+}

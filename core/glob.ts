@@ -1,0 +1,85 @@
+import picomatch from "picomatch";
+import { errors } from "./errors.js";
+import { baseName, isWithin, joinPath, normalizePath, relativeTo } from "./paths.js";
+
+/**
+ * The one glob dialect: `*`, `**`, `?`, `[abc]`, `{a,b}`; dot files match.
+ * A pattern without `/` matches the basename at any depth; a pattern with `/`
+ * is relative to the search path; a pattern starting with `/` is absolute.
+ * Extglobs and `!` negation are off so `(`, `)`, `+`, `@` and `!` are literal.
+ */
+const PICOMATCH_OPTIONS = { dot: true, noextglob: true, nonegate: true, strictSlashes: true } as const;
+
+export interface GlobMatcher {
+  /** Tests a normalised absolute path that lies within the search path. */
+  (path: string): boolean;
+  /** The directory all matches lie under: the search path plus the pattern's literal leading segments. */
+  readonly root: string;
+  /** Source pattern, for messages. */
+  readonly pattern: string;
+}
+
+/** Compiles `pattern` for searches under `searchPath` (a normalised absolute path). */
+export function compileGlob(pattern: string, searchPath = "/"): GlobMatcher {
+  validateGlob(pattern);
+  const absolute = pattern.startsWith("/");
+  const body = absolute ? pattern.replace(/^\/+/, "") : pattern;
+  const base = absolute ? "/" : searchPath;
+  const isBasenamePattern = !body.includes("/");
+  const test = picomatch(body, PICOMATCH_OPTIONS);
+  const prefix = isBasenamePattern ? "" : literalPrefix(body);
+  let root = prefix === "" ? base : joinPath(base, prefix);
+  // An absolute pattern can only narrow the search path, never escape it.
+  if (absolute && !isWithin(searchPath, root)) root = isWithin(root, searchPath) ? searchPath : root;
+  const matcher = ((path: string) => {
+    if (!isWithin(searchPath, path)) return false;
+    if (isBasenamePattern) return test(baseName(path));
+    if (!isWithin(base, path)) return false;
+    const relative = relativeTo(base, path);
+    return relative !== "" && test(relative);
+  }) as GlobMatcher;
+  Object.defineProperties(matcher, { root: { value: root }, pattern: { value: pattern } });
+  return matcher;
+}
+
+/** Leading segments of a pattern that contain no glob syntax. */
+export function literalPrefix(pattern: string): string {
+  const segments = pattern.split("/");
+  const literal: string[] = [];
+  for (let i = 0; i < segments.length - 1; i++) {
+    const segment = segments[i]!;
+    if (/[*?[\]{}\\]/.test(segment)) break;
+    literal.push(segment);
+  }
+  return literal.filter((s) => s !== "" && s !== ".").join("/");
+}
+
+/** Rejects what no backend could answer the same way: empty, NUL, `..`, unbalanced brackets or braces. */
+export function validateGlob(pattern: string): void {
+  if (typeof pattern !== "string" || pattern.length === 0) throw errors.invalidArgument("glob pattern must be a non-empty string");
+  if (pattern.includes("\0")) throw errors.invalidArgument("glob pattern contains a NUL byte");
+  if (pattern.split("/").includes("..")) throw errors.invalidPath(pattern, "'..' segments are not allowed in a glob");
+  let braces = 0;
+  let inClass = false;
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i];
+    if (c === "\\") {
+      i++;
+      continue;
+    }
+    if (inClass) {
+      if (c === "]" && pattern[i - 1] !== "[" && !(pattern[i - 1] === "!" && pattern[i - 2] === "[")) inClass = false;
+      continue;
+    }
+    if (c === "[") inClass = true;
+    else if (c === "{") braces++;
+    else if (c === "}" && --braces < 0) break;
+  }
+  if (inClass) throw errors.invalidArgument(`Invalid glob '${pattern}': unclosed '['`);
+  if (braces !== 0) throw errors.invalidArgument(`Invalid glob '${pattern}': unbalanced '{' and '}'`);
+}
+
+/** Normalises a search path argument (`null`/`undefined`/`""` mean `/`). */
+export function searchRoot(path: string | null | undefined): string {
+  return path === undefined || path === null || path === "" ? "/" : normalizePath(path);
+}

@@ -1,0 +1,84 @@
+import { errors } from "./errors.js";
+
+/**
+ * Virtual paths: absolute, POSIX, normalised. This is the only place path
+ * rules live; every backend calls `normalizePath` before touching storage.
+ */
+
+/** Longest path accepted, in UTF-16 code units (Linux PATH_MAX is 4096 bytes). */
+export const MAX_PATH_LENGTH = 4096;
+/** Longest single segment, in UTF-8 bytes (Linux NAME_MAX). */
+export const MAX_SEGMENT_BYTES = 255;
+
+const encoder = new TextEncoder();
+
+/**
+ * Validates and normalises a virtual path. A missing leading `/` is added
+ * (models often omit it); `//`, `.` and a trailing `/` are folded away.
+ * Rejected with `invalid_path`: empty, NUL, a `..` segment, a leading `~`,
+ * a drive letter, a backslash, or an over-long path or segment.
+ */
+export function normalizePath(input: string): string {
+  if (typeof input !== "string") throw errors.invalidPath(String(input), "path must be a string");
+  if (input.length === 0) throw errors.invalidPath(input, "path is empty");
+  if (input.includes("\0")) throw errors.invalidPath(input, "path contains a NUL byte");
+  if (input.startsWith("~")) throw errors.invalidPath(input, "home-relative paths ('~') are not allowed");
+  if (/^[A-Za-z]:/.test(input)) throw errors.invalidPath(input, "drive letters are not allowed; use POSIX paths");
+  if (input.includes("\\")) throw errors.invalidPath(input, "backslashes are not allowed; use '/'");
+  if (input.length > MAX_PATH_LENGTH) throw errors.invalidPath(input, `path is longer than ${MAX_PATH_LENGTH} characters`);
+  const segments: string[] = [];
+  for (const segment of input.split("/")) {
+    if (segment === "" || segment === ".") continue;
+    if (segment === "..") throw errors.invalidPath(input, "'..' segments are not allowed");
+    if (segment.length > MAX_SEGMENT_BYTES / 4 && encoder.encode(segment).length > MAX_SEGMENT_BYTES) {
+      throw errors.invalidPath(input, `a path segment is longer than ${MAX_SEGMENT_BYTES} bytes`);
+    }
+    segments.push(segment);
+  }
+  return "/" + segments.join("/");
+}
+
+/** Parent directory of a normalised path (`/` for top-level entries and for `/`). */
+export function parentOf(path: string): string {
+  const i = path.lastIndexOf("/");
+  return i <= 0 ? "/" : path.slice(0, i);
+}
+
+/** Last segment of a normalised path (`""` for `/`). */
+export function baseName(path: string): string {
+  return path.slice(path.lastIndexOf("/") + 1);
+}
+
+/** Joins a normalised directory and a relative path. */
+export function joinPath(dir: string, relative: string): string {
+  if (relative === "") return dir;
+  return dir === "/" ? `/${relative}` : `${dir}/${relative}`;
+}
+
+/** True when `path` is `dir` itself or lies under it (segment boundaries respected). */
+export function isWithin(dir: string, path: string): boolean {
+  if (dir === "/") return true;
+  return path === dir || (path.startsWith(dir) && path.charCodeAt(dir.length) === 47 /* / */);
+}
+
+/** `path` relative to `dir` (both normalised, `path` within `dir`); `""` when equal. */
+export function relativeTo(dir: string, path: string): string {
+  if (dir === "/") return path.slice(1);
+  return path === dir ? "" : path.slice(dir.length + 1);
+}
+
+/** Every ancestor directory of a normalised path, nearest last, excluding the path itself. */
+export function ancestorsOf(path: string): string[] {
+  const result: string[] = ["/"];
+  let i = path.indexOf("/", 1);
+  while (i !== -1) {
+    result.push(path.slice(0, i));
+    i = path.indexOf("/", i + 1);
+  }
+  return path === "/" ? [] : result;
+}
+
+/** Sorts entries by path in code-unit order: the order every listing is returned in. */
+export function sortByPath<T extends { path: string }>(entries: T[]): T[] {
+  return entries.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}

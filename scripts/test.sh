@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command (`npm test`): installs and starts every service the tests
+# use (from Debian's packages, on loopback), then type-checks, lints and runs
+# the whole suite. A service that cannot start fails the run; nothing is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+[ -d node_modules ] || npm ci
+rm -f .services/env
+for service in scripts/services/[0-9]*.sh; do
+  echo "== starting $(basename "$service" .sh)"
+  bash "$service"
+done
+# shellcheck disable=SC1091
+[ -f .services/env ] && source .services/env
+export STRATA_SERVICES_REQUIRED=1
+
+echo "== typecheck"; npx tsc --noEmit -p .
+echo "== lint"; npx eslint .
+echo "== tests"; npx vitest run "$@"
