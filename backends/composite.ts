@@ -73,6 +73,11 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return { backend: this.default, prefix: undefined, inner: path };
   }
 
+  /** A path of the default backend that is a mount point's ancestor: a directory, whatever the default holds. */
+  private isMountDirectory(t: Target): boolean {
+    return t.prefix === undefined && this.routes.some((route) => isWithin(t.inner, route.prefix));
+  }
+
   private shadowed(path: string): boolean {
     return this.routes.some((route) => isWithin(route.prefix, path));
   }
@@ -111,7 +116,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
   }
 
   write(filePath: string, content: string, options?: WriteOptions): Promise<WriteResult> {
-    return this.routed(filePath, (t) => t.backend.write(t.inner, content, options));
+    return this.routed(filePath, (t) => (this.isMountDirectory(t) ? Promise.reject(errors.isDirectory(filePath)) : t.backend.write(t.inner, content, options)));
   }
 
   edit(filePath: string, oldString: string, newString: string, replaceAll?: boolean): Promise<EditResult> {
@@ -133,12 +138,15 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
         const inner = await this.translate(t, () =>
           t.backend.grep(pattern, t.inner, passGlob ? glob : null, passGlob || !glob ? options : {}),
         );
-        return inner.matches
+        const matches = inner.matches
           .map((m): GrepMatch => ({ ...m, path: outer(t.prefix, m.path) }))
           .filter((m) => (t.prefix !== undefined || !this.shadowed(m.path)) && (!matcher || matcher(m.path)));
+        return { matches, truncated: inner.truncated };
       }),
     );
-    return capMatches(sortMatches(results.flat()), options.maxCount);
+    const merged = capMatches(sortMatches(results.flatMap((r) => r.matches)), options.maxCount);
+    // A backend that hit the cap on its own had more than maxCount matches, so the whole result is cut.
+    return { matches: merged.matches, truncated: merged.truncated || results.some((r) => r.truncated) };
   }
 
   async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
@@ -160,6 +168,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return this.batched(
       files.map(([path]) => path),
       (t, indices) => t.backend.uploadFiles(indices.map((i) => [this.target(normalizePath(files[i]![0])).inner, files[i]![1]] as const)),
+      (t) => this.isMountDirectory(t),
       (path, error) => ({ path, error }),
     );
   }
@@ -168,6 +177,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return this.batched(
       paths,
       (t, indices) => t.backend.downloadFiles(indices.map((i) => this.target(normalizePath(paths[i]!)).inner)),
+      (t) => this.isMountDirectory(t),
       (path, error) => ({ path, content: null, error }),
     );
   }
@@ -194,6 +204,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
   private async batched<R extends { path: string }>(
     paths: readonly string[],
     call: (t: Target, indices: number[]) => Promise<R[]>,
+    isDirectory: (t: Target) => boolean,
     failed: (path: string, error: ReturnType<typeof toFileOperationError>) => R,
   ): Promise<R[]> {
     const out = new Array<R>(paths.length);
@@ -201,6 +212,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     paths.forEach((path, i) => {
       try {
         const t = this.target(normalizePath(path));
+        if (isDirectory(t)) throw errors.isDirectory(path);
         const group = groups.get(t.backend) ?? { t, indices: [] };
         group.indices.push(i);
         groups.set(t.backend, group);
@@ -229,7 +241,12 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     } catch (error) {
       return failure(error, filePath) as unknown as R;
     }
-    const result = await call(t);
+    let result: R;
+    try {
+      result = await call(t);
+    } catch (error) {
+      return failure(error, filePath) as unknown as R;
+    }
     if (t.prefix === undefined) return result;
     const translated = { ...result };
     if (result.error !== undefined) translated.error = this.message(t, result.error);

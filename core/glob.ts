@@ -26,7 +26,8 @@ export function compileGlob(pattern: string, searchPath = "/"): GlobMatcher {
   const body = absolute ? pattern.replace(/^\/+/, "") : pattern;
   const base = absolute ? "/" : searchPath;
   const isBasenamePattern = !body.includes("/");
-  const test = picomatch(body, PICOMATCH_OPTIONS);
+  // POSIX spells a negated class `[!a]`; picomatch only reads `[^a]` that way.
+  const test = picomatch(body.replace(/(^|[^\\])\[!/g, "$1[^"), PICOMATCH_OPTIONS);
   const prefix = isBasenamePattern ? "" : literalPrefix(body);
   let root = prefix === "" ? base : joinPath(base, prefix);
   // An absolute pattern can only narrow the search path, never escape it.
@@ -79,7 +80,7 @@ export function validateGlob(pattern: string): void {
   if (braces !== 0) throw errors.invalidArgument(`Invalid glob '${pattern}': unbalanced '{' and '}'`);
 }
 
-/** Normalises a search path argument (`null`/`undefined`/`""` mean `/`). */
+/** Normalises a search path argument (`null`/`undefined` mean `/`). */
 export function searchRoot(path: string | null | undefined): string {
-  return path === undefined || path === null || path === "" ? "/" : normalizePath(path);
+  return path === undefined || path === null ? "/" : normalizePath(path);
 }
