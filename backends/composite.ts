@@ -78,18 +78,19 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return t.prefix === undefined && this.routes.some((route) => isWithin(t.inner, route.prefix));
   }
 
-  private shadowed(path: string): boolean {
-    return this.routes.some((route) => isWithin(route.prefix, path));
+  /** Whether an outer path belongs to the target's backend rather than to a longer route under it. */
+  private owns(t: Target, path: string): boolean {
+    return this.target(path).prefix === t.prefix;
   }
 
   async lsInfo(dirPath: string): Promise<FileInfo[]> {
     const dir = normalizePath(dirPath);
     const t = this.target(dir);
     const listed = await this.translate(t, () => t.backend.lsInfo(t.inner));
-    if (t.prefix !== undefined) return listed.map((info) => ({ ...info, path: outer(t.prefix, info.path) }));
     const entries = new Map<string, FileInfo>();
     for (const info of listed) {
-      if (!this.shadowed(info.path.replace(/\/$/, ""))) entries.set(info.path, info);
+      const path = outer(t.prefix, info.path);
+      if (this.owns(t, path.replace(/\/$/, ""))) entries.set(path, { ...info, path });
     }
     for (const { prefix } of this.routes) {
       if (prefix === dir || !isWithin(dir, prefix)) continue;
@@ -140,7 +141,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
         );
         const matches = inner.matches
           .map((m): GrepMatch => ({ ...m, path: outer(t.prefix, m.path) }))
-          .filter((m) => (t.prefix !== undefined || !this.shadowed(m.path)) && (!matcher || matcher(m.path)));
+          .filter((m) => this.owns(t, m.path) && (!matcher || matcher(m.path)));
         return { matches, truncated: inner.truncated };
       }),
     );
@@ -158,7 +159,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
         const found = await this.translate(t, () => t.backend.globInfo(innerPattern, t.inner));
         return found
           .map((info) => ({ ...info, path: outer(t.prefix, info.path) }))
-          .filter((info) => (t.prefix !== undefined || !this.shadowed(info.path)) && matcher(info.path));
+          .filter((info) => this.owns(t, info.path) && matcher(info.path));
       }),
     );
     return sortByPath(results.flat());
@@ -192,10 +193,9 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
   /** The backends a search under `root` must visit, each with its inner search path. */
   private fanOut(root: string): Target[] {
     const t = this.target(root);
-    if (t.prefix !== undefined) return [t];
     const targets: Target[] = [t];
     for (const route of this.routes) {
-      if (isWithin(root, route.prefix)) targets.push({ backend: route.backend, prefix: route.prefix, inner: "/" });
+      if (route.prefix !== t.prefix && isWithin(root, route.prefix)) targets.push({ backend: route.backend, prefix: route.prefix, inner: "/" });
     }
     return targets;
   }

@@ -1,0 +1,109 @@
+import { describe, expect, it } from "vitest";
+import { CompositeBackend } from "../backends/composite.js";
+import { StateBackend } from "../backends/state.js";
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+
+/** A real StateBackend that counts how often its batch methods are called. */
+class CountingBackend extends StateBackend {
+  uploads = 0;
+  downloads = 0;
+  override async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>) {
+    this.uploads++;
+    return super.uploadFiles(files);
+  }
+  override async downloadFiles(paths: readonly string[]) {
+    this.downloads++;
+    return super.downloadFiles(paths);
+  }
+}
+
+function workspace() {
+  const root = new CountingBackend();
+  const mem = new CountingBackend();
+  const deep = new CountingBackend();
+  const composite = new CompositeBackend({ default: root, routes: { "/mem/": mem, "/mem/deep": deep } });
+  return { root, mem, deep, composite };
+}
+
+describe("CompositeBackend routing", () => {
+  it("matches prefixes at segment boundaries: /mem never captures /memo", async () => {
+    const { root, mem, composite } = workspace();
+    await composite.write("/memo.txt", "default");
+    await composite.write("/mem/note.txt", "routed");
+    expect(Object.keys(root.files)).toEqual(["/memo.txt"]);
+    expect(Object.keys(mem.files)).toEqual(["/note.txt"]);
+  });
+
+  it("lets the longest prefix win", async () => {
+    const { mem, deep, composite } = workspace();
+    await composite.write("/mem/deep/x.txt", "deep");
+    await composite.write("/mem/deeper/y.txt", "mem");
+    expect(Object.keys(deep.files)).toEqual(["/x.txt"]);
+    expect(Object.keys(mem.files)).toEqual(["/deeper/y.txt"]);
+  });
+
+  it("shows routes in listings and translates paths back", async () => {
+    const { composite } = workspace();
+    await composite.write("/top.txt", "t");
+    expect((await composite.lsInfo("/")).map((i) => i.path)).toEqual(["/mem/", "/top.txt"]);
+    expect((await composite.lsInfo("/mem")).map((i) => i.path)).toEqual(["/mem/deep/"]);
+    await composite.write("/mem/deep/a/b.txt", "b");
+    expect((await composite.lsInfo("/mem/deep")).map((i) => i.path)).toEqual(["/mem/deep/a/"]);
+    expect((await composite.globInfo("**/*.txt")).map((i) => i.path)).toEqual(["/mem/deep/a/b.txt", "/top.txt"]);
+  });
+
+  it("never shows a routed backend's inner paths in errors or updates", async () => {
+    const { composite } = workspace();
+    const written = await composite.write("/mem/deep/f.txt", "x");
+    expect(written.path).toBe("/mem/deep/f.txt");
+    expect(Object.keys(written.filesUpdate ?? {})).toEqual(["/mem/deep/f.txt"]);
+    const again = await composite.write("/mem/deep/f.txt", "y");
+    expect(again.error).toContain("'/mem/deep/f.txt'");
+    expect(await composite.read("/mem/missing.txt")).toBe("Error: File '/mem/missing.txt' not found");
+    await expect(composite.readRaw("/mem/deep/nope")).rejects.toThrow("'/mem/deep/nope'");
+  });
+
+  it("fans grep out to every backend under the search path with one global maxCount", async () => {
+    const { composite } = workspace();
+    await composite.write("/a.txt", "hit\nhit\n");
+    await composite.write("/mem/b.txt", "hit\nhit\n");
+    await composite.write("/mem/deep/c.txt", "hit\nhit\n");
+    const all = await composite.grep("hit");
+    expect(all.matches.map((m) => `${m.path}:${m.line}`)).toEqual([
+      "/a.txt:1", "/a.txt:2", "/mem/b.txt:1", "/mem/b.txt:2", "/mem/deep/c.txt:1", "/mem/deep/c.txt:2",
+    ]);
+    const capped = await composite.grep("hit", "/", null, { maxCount: 3 });
+    expect(capped).toEqual({ matches: all.matches.slice(0, 3), truncated: true });
+    expect((await composite.grep("hit", "/mem")).matches).toHaveLength(4);
+    expect((await composite.grep("hit", "/", "mem/deep/*.txt")).matches.map((m) => m.path)).toEqual(["/mem/deep/c.txt", "/mem/deep/c.txt"]);
+  });
+
+  it("batches upload and download into one call per backend and keeps input order", async () => {
+    const { root, mem, deep, composite } = workspace();
+    const files = ["/1.txt", "/mem/2.txt", "/mem/deep/3.txt", "/4.txt", "/mem/5.txt", "/mem/deep/6.txt"];
+    const uploaded = await composite.uploadFiles(files.map((p) => [p, bytes(p)] as const));
+    expect(uploaded.map((r) => r.path)).toEqual(files);
+    expect(uploaded.every((r) => r.error === null)).toBe(true);
+    expect([root.uploads, mem.uploads, deep.uploads]).toEqual([1, 1, 1]);
+    const reversed = [...files].reverse();
+    const downloaded = await composite.downloadFiles(reversed);
+    expect(downloaded.map((d) => new TextDecoder().decode(d.content!))).toEqual(reversed);
+    expect([root.downloads, mem.downloads, deep.downloads]).toEqual([1, 1, 1]);
+  });
+
+  it("treats mount points and their ancestors as directories", async () => {
+    const { composite } = workspace();
+    expect((await composite.write("/mem", "x")).code).toBe("is_directory");
+    expect(await composite.uploadFiles([["/mem/deep", bytes("x")]])).toEqual([{ path: "/mem/deep", error: "is_directory" }]);
+  });
+
+  it("refuses execute clearly when the default backend is not a sandbox", async () => {
+    const { composite } = workspace();
+    await expect(composite.execute("ls")).rejects.toMatchObject({ code: "unsupported" });
+  });
+
+  it("rejects a route at '/'", () => {
+    expect(() => new CompositeBackend({ default: new StateBackend(), routes: { "/": new StateBackend() } })).toThrow(/route cannot be '\/'/);
+  });
+});
