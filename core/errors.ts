@@ -78,6 +78,20 @@ export const errors = {
     new StrataError("io_error", `I/O error on '${path}'`, cause === undefined ? undefined : { cause }),
 };
 
+/** The error behind one of the four upload/download codes, worded like every other backend's. */
+export function fileOperationError(code: FileOperationError, path: string): StrataError {
+  switch (code) {
+    case "file_not_found":
+      return errors.notFound(path);
+    case "is_directory":
+      return errors.isDirectory(path);
+    case "permission_denied":
+      return errors.permissionDenied(path);
+    case "invalid_path":
+      return errors.invalidPath(path, "the backend cannot address it");
+  }
+}
+
 /** Makes a hostile path safe to echo in a message (control characters escaped, length capped). */
 function printable(path: string): string {
   const escaped = path.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);

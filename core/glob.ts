@@ -7,8 +7,9 @@ import { baseName, isWithin, joinPath, normalizePath, relativeTo } from "./paths
  * A pattern without `/` matches the basename at any depth; a pattern with `/`
  * is relative to the search path; a pattern starting with `/` is absolute.
  * Extglobs and `!` negation are off so `(`, `)`, `+`, `@` and `!` are literal.
+ * Flag `s`: picomatch builds `**` from `.`, which must also match a newline in a name.
  */
-const PICOMATCH_OPTIONS = { dot: true, noextglob: true, nonegate: true, strictSlashes: true } as const;
+const PICOMATCH_OPTIONS = { dot: true, noextglob: true, nonegate: true, strictSlashes: true, flags: "s" } as const;
 
 export interface GlobMatcher {
   /** Tests a normalised absolute path that lies within the search path. */

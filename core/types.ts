@@ -111,4 +111,6 @@ export interface ExecuteOptions {
   /** Receives output chunks as they arrive, for long commands. */
   onOutput?: (chunk: string) => void;
   signal?: AbortSignal;
+  /** Bytes of output kept before `truncated` is set (the head is kept); default is the sandbox's own limit. */
+  maxOutputBytes?: number;
 }

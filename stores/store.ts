@@ -1,4 +1,6 @@
-import { errors } from "../core/errors.js";
+import { errors, StrataError } from "../core/errors.js";
+import { fileDataSize, isFileData } from "../core/filedata.js";
+import { normalizePath } from "../core/paths.js";
 import type { FileData } from "../core/types.js";
 
 /**
@@ -97,4 +99,62 @@ export function validateNamespace(namespace: Namespace): void {
 export function namespaceKey(namespace: Namespace): string {
   validateNamespace(namespace);
   return JSON.stringify(namespace);
+}
+
+/** Validates a key: stores hold normalised virtual paths only (no NUL, no `..`, leading `/`). */
+export function validateKey(key: string): void {
+  if (normalizePath(key) !== key) throw errors.invalidPath(key, "store keys must be normalised absolute paths");
+}
+
+/** Validates a value: a v2 or v1 file record with string timestamps. */
+export function validateValue(value: FileData): void {
+  if (!isFileData(value) || typeof value.created_at !== "string" || typeof value.modified_at !== "string") {
+    throw errors.invalidArgument("store values must be file records (content, encoding, created_at, modified_at)");
+  }
+}
+
+/** Refuses a value over `maxValueSize` bytes with `too_large`. */
+export function checkValueSize(key: string, value: FileData, maxValueSize: number): void {
+  const size = fileDataSize(value);
+  if (size > maxValueSize) throw errors.tooLarge(key, size, maxValueSize);
+}
+
+/** A key's listing metadata, computed from its value. */
+export function describeKey(key: string, value: FileData, version: number): StoredKey {
+  return { key, version, size: fileDataSize(value), modified_at: value.modified_at };
+}
+
+/** The error every store throws once closed. */
+export function storeClosed(): StrataError {
+  return new StrataError("unavailable", "The store is closed");
+}
+
+/** The compare-and-set failure every store throws. */
+export function versionConflict(key: string, expected: number | null, actual: number | undefined): StrataError {
+  const wanted = expected === null ? "no file" : `version ${expected}`;
+  const found = actual === undefined ? "no file" : `version ${actual}`;
+  return new StrataError("conflict", `'${key}' changed concurrently: expected ${wanted}, found ${found}`);
+}
+
+/** True when a put/delete's `expectedVersion` accepts the current version (undefined: absent). */
+export function versionMatches(expected: number | null | undefined, actual: number | undefined): boolean {
+  if (expected === undefined) return true;
+  return expected === null ? actual === undefined : actual === expected;
+}
+
+/**
+ * The smallest string greater than every string starting with `prefix`, in
+ * code-point (UTF-8 byte) order, for `key >= prefix AND key < end` range scans
+ * in SQL engines. Undefined when no such bound exists (prefix of U+10FFFF only).
+ */
+export function prefixEnd(prefix: string): string | undefined {
+  const points = Array.from(prefix);
+  while (points.length > 0) {
+    const last = points.pop()!.codePointAt(0)!;
+    if (last < 0x10ffff) {
+      const next = last + 1 === 0xd800 ? 0xe000 : last + 1;
+      return points.join("") + String.fromCodePoint(next);
+    }
+  }
+  return undefined;
 }

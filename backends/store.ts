@@ -1,0 +1,317 @@
+import { BaseBackend, failure } from "../core/base.js";
+import { applyEdit } from "../core/edit.js";
+import { errors, isStrataError, StrataError, toFileOperationError } from "../core/errors.js";
+import { fileDataBytes, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
+import { compileGlob, searchRoot } from "../core/glob.js";
+import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
+import { ancestorsOf, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
+import { BackendRuntime, type BackendFactory } from "../core/protocol.js";
+import type {
+  DeleteResult,
+  EditResult,
+  FileData,
+  FileDataV2,
+  FileDownloadResponse,
+  FileInfo,
+  FileUploadResponse,
+  GrepMatch,
+  GrepOptions,
+  GrepResult,
+  WriteOptions,
+  WriteResult,
+} from "../core/types.js";
+import { validateNamespace, type Namespace, type Store, type StoredItem, type StoredKey } from "../stores/store.js";
+
+/** A fixed namespace, or one computed per call from the runtime (per user, assistant or thread). */
+export type NamespaceSpec = Namespace | ((runtime: BackendRuntime) => Namespace);
+
+export interface StoreBackendOptions {
+  store: Store;
+  /** Defaults to `["filesystem"]`, the deepagents package's default. */
+  namespace?: NamespaceSpec;
+  /** What a namespace function sees; defaults to an empty runtime. */
+  runtime?: BackendRuntime;
+  /** Largest file, in bytes, that write, edit and upload accept. */
+  maxFileSize?: number;
+  /** Reads-and-writes an edit attempts before reporting a conflict (default 10). */
+  editAttempts?: number;
+}
+
+const DEFAULT_NAMESPACE: Namespace = ["filesystem"];
+const PAGE = 1000;
+
+/**
+ * Files in a Store (memory, SQLite, PostgreSQL, Redis, a LangGraph store),
+ * persistent across threads. Every write carries the version it read, so
+ * concurrent writers never lose each other's updates: a create fails if the
+ * file appeared meanwhile, an edit re-reads and retries. Listings and searches
+ * are pushed down to the engine's indexes.
+ */
+export class StoreBackend extends BaseBackend {
+  readonly store: Store;
+  readonly runtime: BackendRuntime;
+  private readonly namespaceSpec: NamespaceSpec;
+  private readonly maxFileSize: number | undefined;
+  private readonly editAttempts: number;
+
+  constructor(options: StoreBackendOptions) {
+    super();
+    this.store = options.store;
+    this.runtime = options.runtime ?? new BackendRuntime();
+    this.namespaceSpec = options.namespace ?? DEFAULT_NAMESPACE;
+    this.maxFileSize = options.maxFileSize;
+    this.editAttempts = Math.max(1, options.editAttempts ?? 10);
+    if (typeof this.namespaceSpec !== "function") validateNamespace(this.namespaceSpec);
+  }
+
+  /** The namespace of the current call. */
+  get namespace(): Namespace {
+    const namespace = typeof this.namespaceSpec === "function" ? this.namespaceSpec(this.runtime) : this.namespaceSpec;
+    validateNamespace(namespace);
+    return namespace;
+  }
+
+  async lsInfo(dirPath: string): Promise<FileInfo[]> {
+    const dir = normalizePath(dirPath);
+    const ns = this.namespace;
+    const file = dir === "/" ? undefined : await this.store.get(ns, dir);
+    if (file) return [fileInfo(dir, file.value)];
+    const { files, dirs } = await this.store.listDirectory(ns, dir);
+    const entries: FileInfo[] = files.map(keyInfo);
+    for (const name of dirs) entries.push({ path: `${joinPath(dir, name)}/`, is_dir: true });
+    return sortByPath(entries);
+  }
+
+  async readRaw(filePath: string): Promise<FileDataV2> {
+    const path = normalizePath(filePath);
+    const ns = this.namespace;
+    const item = await this.store.get(ns, path);
+    if (item) return toFileDataV2(item.value);
+    throw (await this.isDirectory(ns, path)) ? errors.isDirectory(path) : errors.notFound(path);
+  }
+
+  async write(filePath: string, content: string, options: WriteOptions = {}): Promise<WriteResult> {
+    let path = filePath;
+    try {
+      path = normalizePath(filePath);
+      if (typeof content !== "string") throw errors.invalidArgument("content must be a string");
+      const ns = this.namespace;
+      const existing = await this.store.get(ns, path);
+      if (existing && !options.overwrite) throw errors.alreadyExists(path);
+      const data = fileDataFromText(content, existing?.value.created_at);
+      await this.checkPlace(ns, path, data);
+      try {
+        await this.store.put(ns, path, data, options.overwrite ? {} : { expectedVersion: null });
+      } catch (error) {
+        throw isStrataError(error, "conflict") ? errors.alreadyExists(path) : error;
+      }
+      return { path, filesUpdate: null };
+    } catch (error) {
+      return failure(error, path);
+    }
+  }
+
+  async edit(filePath: string, oldString: string, newString: string, replaceAll = false): Promise<EditResult> {
+    let path = filePath;
+    try {
+      path = normalizePath(filePath);
+      const ns = this.namespace;
+      for (let attempt = 1; ; attempt++) {
+        const item = await this.store.get(ns, path);
+        if (!item) throw (await this.isDirectory(ns, path)) ? errors.isDirectory(path) : errors.notFound(path);
+        const current = toFileDataV2(item.value);
+        const text = fileDataText(current);
+        if (text === null) throw errors.binary(path, fileDataSize(current));
+        const { text: updated, occurrences } = applyEdit(text, oldString, newString, replaceAll, path);
+        const data = fileDataFromText(updated, current.created_at);
+        this.checkSize(path, data);
+        try {
+          await this.store.put(ns, path, data, { expectedVersion: item.version });
+          return { path, occurrences, filesUpdate: null };
+        } catch (error) {
+          if (!isStrataError(error, "conflict")) throw error;
+          if (attempt >= this.editAttempts) {
+            throw new StrataError(
+              "conflict",
+              `'${path}' kept changing under concurrent writers (${attempt} attempts); the edit was not applied. Read it again and retry`,
+            );
+          }
+          await backoff(attempt);
+        }
+      }
+    } catch (error) {
+      return failure(error, path);
+    }
+  }
+
+  async delete(filePath: string): Promise<DeleteResult> {
+    let path = filePath;
+    try {
+      path = normalizePath(filePath);
+      if (path === "/") throw new StrataError("permission_denied", "Refusing to delete '/'");
+      const ns = this.namespace;
+      if (!(await this.store.delete(ns, path)) && (await this.store.deleteTree(ns, path)).length === 0) throw errors.notFound(path);
+      return { path, filesUpdate: null };
+    } catch (error) {
+      return failure(error, path);
+    }
+  }
+
+  async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
+    validateGrepPattern(pattern);
+    validateMaxCount(options.maxCount);
+    const root = searchRoot(path);
+    const matcher = glob ? compileGlob(glob, root) : undefined;
+    const scope = matcher ? matcher.root : root;
+    const ns = this.namespace;
+    const matches: GrepMatch[] = [];
+    const visit = (item: StoredItem) => {
+      if (!isWithin(root, item.key) || (matcher && !matcher(item.key))) return;
+      const text = fileDataText(item.value);
+      if (text !== null) grepText(item.key, text, pattern, matches);
+    };
+    const file = scope === "/" ? undefined : await this.store.get(ns, scope);
+    if (file) visit(file);
+    for await (const item of this.candidates(ns, pattern, treePrefix(scope))) visit(item);
+    return capMatches(sortMatches(matches), options.maxCount);
+  }
+
+  async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
+    const matcher = compileGlob(pattern, searchRoot(path));
+    const ns = this.namespace;
+    const found: FileInfo[] = [];
+    const file = matcher.root === "/" ? undefined : await this.store.get(ns, matcher.root);
+    if (file && matcher(file.key)) found.push(fileInfo(file.key, file.value));
+    for await (const key of this.keys(ns, treePrefix(matcher.root))) {
+      if (matcher(key.key)) found.push(keyInfo(key));
+    }
+    return sortByPath(found);
+  }
+
+  /** Validates every file, then stores all the valid ones in one transaction. */
+  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+    let ns: Namespace;
+    try {
+      ns = this.namespace;
+    } catch (error) {
+      const code = toFileOperationError(failure(error, "/").code);
+      return files.map(([path]) => ({ path, error: code }));
+    }
+    const responses: FileUploadResponse[] = [];
+    const batch = new Batch();
+    for (const [filePath, bytes] of files) {
+      try {
+        const path = normalizePath(filePath);
+        if (!(bytes instanceof Uint8Array)) throw errors.invalidArgument("upload content must be bytes");
+        const createdAt = batch.files.get(path)?.created_at ?? (await this.store.get(ns, path))?.value.created_at;
+        const data = fileDataFromBytes(bytes, createdAt);
+        await this.checkPlace(ns, path, data, batch);
+        batch.add(path, data);
+        responses.push({ path, error: null });
+      } catch (error) {
+        responses.push({ path: filePath, error: toFileOperationError(failure(error, filePath).code) });
+      }
+    }
+    if (batch.files.size === 0) return responses;
+    try {
+      await this.store.putMany(ns, [...batch.files]);
+    } catch {
+      // The store refused the batch (a value over its size limit, say): store
+      // file by file instead, so each response carries its own outcome.
+      const failed = new Map<string, FileUploadResponse["error"]>();
+      for (const [path, data] of batch.files) {
+        await this.store.put(ns, path, data).catch((error: unknown) => failed.set(path, toFileOperationError(failure(error, path).code)));
+      }
+      for (const response of responses) if (response.error === null && failed.has(response.path)) response.error = failed.get(response.path)!;
+    }
+    return responses;
+  }
+
+  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+    const responses: FileDownloadResponse[] = [];
+    for (const filePath of paths) {
+      try {
+        responses.push({ path: filePath, content: fileDataBytes(await this.readRaw(filePath)), error: null });
+      } catch (error) {
+        responses.push({ path: filePath, content: null, error: toFileOperationError(failure(error, filePath).code) });
+      }
+    }
+    return responses;
+  }
+
+  /** Checks the place is free for a file (not a directory, no parent is a file) and the size is allowed. */
+  private async checkPlace(ns: Namespace, path: string, data: FileData, pending?: Batch): Promise<void> {
+    if (pending?.dirs.has(path) || (await this.isDirectory(ns, path))) throw errors.isDirectory(path);
+    for (const ancestor of ancestorsOf(path)) {
+      if (ancestor === "/") continue;
+      if (pending?.files.has(ancestor) || (await this.store.get(ns, ancestor))) throw errors.notADirectory(path);
+    }
+    this.checkSize(path, data);
+  }
+
+  private checkSize(path: string, data: FileData): void {
+    const size = fileDataSize(data);
+    if (this.maxFileSize !== undefined && size > this.maxFileSize) throw errors.tooLarge(path, size, this.maxFileSize);
+  }
+
+  private async isDirectory(ns: Namespace, path: string): Promise<boolean> {
+    if (path === "/") return true;
+    return (await this.store.list(ns, { prefix: `${path}/`, limit: 1 })).items.length > 0;
+  }
+
+  /** Every key under a prefix, page by page. */
+  private async *keys(ns: Namespace, prefix: string): AsyncIterable<StoredKey> {
+    let after: string | undefined;
+    do {
+      const page = await this.store.list(ns, { prefix, after, limit: PAGE });
+      yield* page.items;
+      after = page.next;
+    } while (after !== undefined);
+  }
+
+  /** Records under a prefix that may contain `pattern`: the engine's index if it has one, else every record. */
+  private async *candidates(ns: Namespace, pattern: string, prefix: string): AsyncIterable<StoredItem> {
+    if (this.store.search) {
+      yield* this.store.search(ns, pattern, prefix);
+      return;
+    }
+    for await (const key of this.keys(ns, prefix)) {
+      const item = await this.store.get(ns, key.key);
+      if (item) yield item;
+    }
+  }
+}
+
+/** Builds a StoreBackend per call from the runtime, for agents that take a backend factory. */
+export function storeBackendFactory(options: Omit<StoreBackendOptions, "runtime">): BackendFactory<StoreBackend> {
+  return (runtime) => new StoreBackend({ ...options, runtime });
+}
+
+/** Files accepted so far in one upload, so later files in it are checked against them. */
+class Batch {
+  readonly files = new Map<string, FileDataV2>();
+  readonly dirs = new Set<string>();
+
+  add(path: string, data: FileDataV2): void {
+    this.files.set(path, data);
+    for (const ancestor of ancestorsOf(path)) this.dirs.add(ancestor);
+  }
+}
+
+function treePrefix(dir: string): string {
+  return dir === "/" ? "/" : `${dir}/`;
+}
+
+function fileInfo(path: string, data: FileData): FileInfo {
+  return { path, is_dir: false, size: fileDataSize(data), modified_at: data.modified_at };
+}
+
+function keyInfo(key: StoredKey): FileInfo {
+  return { path: key.key, is_dir: false, size: key.size, modified_at: key.modified_at };
+}
+
+/** Randomised exponential backoff, so retrying writers stop colliding in step. */
+function backoff(attempt: number): Promise<void> {
+  const ms = Math.random() * Math.min(2 ** attempt, 100);
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,120 @@
+/**
+ * In memory: 100k small files (/dir{0..99}/f{0..999}.txt). Strata's StateBackend
+ * against deepagents' StateBackend and just-bash's in-memory shell, each filled
+ * through its own public write path with the same files.
+ */
+import { StateBackend as DeepagentsStateBackend } from "deepagents";
+import { Bash } from "just-bash";
+import { StateBackend } from "../backends/state.js";
+import { countLines, type BenchGroup, type CaseResult, type Contender, type GroupContext, compare } from "./harness.js";
+
+const NEEDLE = "needle";
+const GLOB = "**/f99*.txt";
+
+/** A few lines per file; one file in 97 holds the needle. */
+function fileText(dir: number, file: number): string {
+  const todo = file % 97 === 0 ? NEEDLE : "thing";
+  return `alpha beta gamma ${dir}-${file}\nthe quick brown fox jumps over the lazy dog\nTODO: ${todo} to look at\nlast line ${dir * 1000 + file}\n`;
+}
+
+interface DeepagentsFiles {
+  files: Record<string, unknown>;
+}
+
+/**
+ * deepagents' StateBackend outside an agent graph: the (deprecated but
+ * supported) constructor that takes a runtime `{ state: { files } }`. Its
+ * zero-argument form reads state through LangGraph's execution context, which
+ * only exists inside a running graph node. ls/grep/glob run the same code in
+ * both forms; only where the files map comes from differs.
+ */
+function deepagentsBackend(state: DeepagentsFiles): DeepagentsStateBackend {
+  type LegacyCtor = new (runtime: { state: DeepagentsFiles }) => DeepagentsStateBackend;
+  return new (DeepagentsStateBackend as unknown as LegacyCtor)({ state });
+}
+
+export const stateGroup: BenchGroup = {
+  name: "state",
+  title: "In memory",
+  async run(ctx: GroupContext): Promise<CaseResult[]> {
+    const dirs = ctx.quick ? 10 : 100;
+    const perDir = 1000;
+    const total = dirs * perDir;
+    const label = `${total / 1000}k files`;
+    const files: Record<string, string> = {};
+    for (let d = 0; d < dirs; d++) for (let f = 0; f < perDir; f++) files[`/dir${d}/f${f}.txt`] = fileText(d, f);
+
+    ctx.log(`filling Strata, deepagents and just-bash with ${label}`);
+    const strata = new StateBackend();
+    for (const [path, text] of Object.entries(files)) {
+      const result = await strata.write(path, text);
+      if (result.error) throw new Error(`Strata write failed: ${result.error}`);
+    }
+    const daState: DeepagentsFiles = { files: {} };
+    const deepagents = deepagentsBackend(daState);
+    for (const [path, text] of Object.entries(files)) {
+      // What the LangGraph reducer does with filesUpdate.
+      const result = deepagents.write(path, text) as { error?: string; filesUpdate?: Record<string, unknown> };
+      if (result.error || !result.filesUpdate) throw new Error(`deepagents write failed: ${result.error}`);
+      Object.assign(daState.files, result.filesUpdate);
+    }
+    const bash = new Bash({ files, cwd: "/" });
+    const shell = async (command: string) => {
+      const result = await bash.exec(command);
+      if (result.exitCode !== 0 && result.exitCode !== 1) throw new Error(`just-bash '${command}' exited ${result.exitCode}: ${result.stderr}`);
+      return countLines(result.stdout);
+    };
+
+    const common = { group: this.name, reps: ctx.reps };
+    const deepagentsPeer = (run: () => number): Contender => ({ name: "deepagents StateBackend", run });
+    const justBash = (command: string): Contender => ({ name: `just-bash \`${command}\``, run: () => shell(command) });
+    const results: CaseResult[] = [];
+
+    const dir = "/dir7";
+    ctx.log(`ls of a directory with ${perDir} entries`);
+    results.push(
+      await compare({
+        ...common,
+        name: `ls of a ${perDir}-entry directory (${label})`,
+        strata: { name: "Strata StateBackend", run: async () => (await strata.lsInfo(dir)).length },
+        peers: [deepagentsPeer(() => deepagents.ls(dir).files?.length ?? -1), justBash(`ls ${dir}`)],
+        target: { kind: "ratio", peer: "deepagents StateBackend", min: 100, text: "≥ 100× faster" },
+        notes: [
+          "deepagents' StateBackend is built with its runtime constructor `{ state: { files } }` (its zero-argument form reads state " +
+            "from a running LangGraph node) and filled through its own write(), merging filesUpdate as the LangGraph reducer does; " +
+            "ls, grep and glob run the same code in both forms.",
+          "just-bash runs the command in its interpreter over its in-memory file system holding the same files; its answer is the output's line count.",
+        ],
+      }),
+    );
+
+    ctx.log(`literal grep over ${label}`);
+    results.push(
+      await compare({
+        ...common,
+        name: `literal grep over ${label}`,
+        strata: { name: "Strata StateBackend", run: async () => (await strata.grep(NEEDLE, "/")).matches.length },
+        peers: [
+          deepagentsPeer(() => (deepagents.grep(NEEDLE, "/") as { matches?: unknown[] }).matches?.length ?? -1),
+          justBash(`grep -rnF ${NEEDLE} /`),
+        ],
+        target: { kind: "ratio", peer: "deepagents StateBackend", min: 10, text: "≥ 10× faster" },
+      }),
+    );
+
+    ctx.log(`glob ${GLOB} over ${label}`);
+    results.push(
+      await compare({
+        ...common,
+        name: `glob \`${GLOB}\` over ${label}`,
+        strata: { name: "Strata StateBackend", run: async () => (await strata.globInfo(GLOB, "/")).length },
+        peers: [
+          deepagentsPeer(() => deepagents.glob(GLOB, "/").files?.length ?? -1),
+          justBash(`find / -type f -name 'f99*.txt'`),
+        ],
+        target: { kind: "ratio", peer: "deepagents StateBackend", min: 10, text: "≥ 10× faster" },
+      }),
+    );
+    return results;
+  },
+};

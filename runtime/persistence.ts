@@ -1,0 +1,357 @@
+import { randomBytes, randomUUID } from "node:crypto";
+import { constants } from "node:fs";
+import { chmod, link, mkdir, open, readdir, rename, rm, stat, unlink, utimes } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { z } from "zod";
+import { StrataError } from "../core/errors.js";
+import type { SandboxHandle } from "./handle.js";
+import { SandboxSpecSchema, type SandboxSpec } from "./provider.js";
+import { providers as defaultProviders, type ProviderRegistry } from "./registry.js";
+
+/**
+ * Sandbox identities that outlive a process (OpenRath's
+ * PersistentSandboxRegistry). It holds no live handles, only what a later
+ * process needs to find a sandbox again:
+ *
+ *   <root>/local/<id>/          a local sandbox's working directory
+ *   <root>/remote/<id>.json     a record naming a provider and its remoteId
+ *                               (a Docker container id, an ssh:// URL)
+ *
+ * The root is `STRATA_SANDBOX_DIR`, else `.strata/sandboxes` under the
+ * current directory, unless the constructor names one. Several processes may
+ * use it at once: records are written whole (temporary file + rename) and
+ * removed by renaming them away first, so a reader sees a complete record or
+ * none, never half of one. Directories are created 0700 and records 0600,
+ * since a record tells where a sandbox is. Ids are checked against a strict
+ * pattern, so no id can reach outside the root.
+ */
+
+export interface LocalSandboxEntry {
+  id: string;
+  /** The working directory on this host. */
+  path: string;
+  modifiedAt: Date;
+}
+
+/** What a record file holds. When it was last used is the file's mtime, so touching never rewrites it. */
+const RecordSchema = z.object({
+  version: z.literal(1),
+  id: z.string(),
+  provider: z.string(),
+  remoteId: z.string(),
+  spec: SandboxSpecSchema.nullable(),
+  createdAt: z.string(),
+});
+
+export type RemoteSandboxRecord = z.output<typeof RecordSchema> & {
+  /** Last recorded or touched (the record file's mtime), ISO 8601. */
+  touchedAt: string;
+};
+
+export interface PersistentSandboxRegistryOptions {
+  /** Where identities live; default `STRATA_SANDBOX_DIR` or `.strata/sandboxes`. */
+  root?: string;
+  /** Providers `reattach` looks names up in; default the process-wide registry. */
+  providers?: ProviderRegistry;
+}
+
+export interface PruneOptions {
+  /** Age in milliseconds: entries not modified (or touched) for longer are removed. */
+  olderThan: number;
+}
+
+const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+
+/** An id names one file or directory under the root: letters, digits, `_`, `.`, `-`; not starting with `.`. */
+export function validateSandboxId(id: string): string {
+  if (typeof id !== "string" || !ID.test(id)) {
+    throw new StrataError("invalid_argument", `Invalid sandbox id '${String(id).slice(0, 80)}': use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit`);
+  }
+  return id;
+}
+
+export class PersistentSandboxRegistry {
+  readonly root: string;
+  readonly #providers: ProviderRegistry;
+
+  constructor(options: PersistentSandboxRegistryOptions = {}) {
+    this.root = resolve(options.root ?? process.env.STRATA_SANDBOX_DIR ?? join(".strata", "sandboxes"));
+    this.#providers = options.providers ?? defaultProviders;
+  }
+
+  // ---------------------------------------------------------------- local
+
+  /** Where a local sandbox's directory is (whether or not it exists). */
+  localPath(id: string): string {
+    return join(this.root, "local", validateSandboxId(id));
+  }
+
+  /** Creates a directory under a fresh id. */
+  async allocLocal(): Promise<LocalSandboxEntry> {
+    await this.#ensureDir(join(this.root, "local"));
+    for (;;) {
+      const id = randomUUID();
+      const path = this.localPath(id);
+      try {
+        await mkdir(path, { mode: 0o700 });
+      } catch (error) {
+        if (errorCode(error) === "EEXIST") continue;
+        throw ioError("create a local sandbox directory", error);
+      }
+      return { id, path, modifiedAt: (await stat(path)).mtime };
+    }
+  }
+
+  /** The directory of `id`, created if missing and marked as used now (so pruning spares it). */
+  async ensureLocal(id: string): Promise<string> {
+    const path = this.localPath(id);
+    await this.#ensureDir(join(this.root, "local"));
+    await this.#ensureDir(path);
+    await this.touchLocal(id);
+    return path;
+  }
+
+  /** Marks a local sandbox as used now. False when it does not exist. */
+  async touchLocal(id: string): Promise<boolean> {
+    const now = new Date();
+    try {
+      await utimes(this.localPath(id), now, now);
+      return true;
+    } catch (error) {
+      if (errorCode(error) === "ENOENT") return false;
+      throw ioError(`touch local sandbox '${id}'`, error);
+    }
+  }
+
+  async listLocal(): Promise<LocalSandboxEntry[]> {
+    const entries: LocalSandboxEntry[] = [];
+    for (const id of await this.#names(join(this.root, "local"))) {
+      const path = this.localPath(id);
+      const info = await stat(path).catch(() => undefined);
+      if (info?.isDirectory()) entries.push({ id, path, modifiedAt: info.mtime });
+    }
+    return entries;
+  }
+
+  /** Removes a local sandbox directory and everything in it. False when it was not there. */
+  async deleteLocal(id: string): Promise<boolean> {
+    return this.#remove(this.localPath(id), async (trash) => rm(trash, { recursive: true, force: true }));
+  }
+
+  /** Removes local sandboxes not modified or touched for `olderThan` ms; returns their ids. */
+  async pruneLocal({ olderThan }: PruneOptions): Promise<string[]> {
+    const cutoff = pruneCutoff(olderThan);
+    const removed: string[] = [];
+    for (const entry of await this.listLocal()) {
+      if (entry.modifiedAt.getTime() >= cutoff) continue;
+      const gone = await this.#remove(entry.path, async (trash) => {
+        // Touched in the moment between listing and removal: put it back (rename fails if a new one took its place).
+        if ((await stat(trash)).mtime.getTime() >= cutoff && (await rename(trash, entry.path).then(() => true, () => false))) return false;
+        await rm(trash, { recursive: true, force: true });
+      });
+      if (gone) removed.push(entry.id);
+    }
+    return removed;
+  }
+
+  // ---------------------------------------------------------------- remote
+
+  /** Records a sandbox a provider can reattach to. Creates a new id unless one is given (then it is replaced). */
+  async recordRemote(provider: string, remoteId: string, spec?: SandboxSpec | null, options: { id?: string } = {}): Promise<RemoteSandboxRecord> {
+    if (typeof remoteId !== "string" || remoteId === "") throw new StrataError("invalid_argument", "A remote sandbox record needs a remoteId");
+    const stored = RecordSchema.parse({
+      version: 1,
+      id: validateSandboxId(options.id ?? randomUUID()),
+      provider,
+      remoteId,
+      spec: spec ?? null,
+      createdAt: new Date().toISOString(),
+    });
+    await this.#writeRecord(stored);
+    return { ...stored, touchedAt: stored.createdAt };
+  }
+
+  /** Records the sandbox behind a handle (its provider must give it a remoteId: docker and ssh do). */
+  async recordHandle(handle: SandboxHandle, options: { id?: string } = {}): Promise<RemoteSandboxRecord> {
+    if (!handle.remoteId) {
+      throw new StrataError("unsupported", `Sandboxes of provider '${handle.provider.name}' do not outlive their process, so they cannot be recorded`);
+    }
+    return this.recordRemote(handle.provider.name, handle.remoteId, handle.spec, options);
+  }
+
+  /** The record of `id`, or undefined when there is none. */
+  async loadRemote(id: string): Promise<RemoteSandboxRecord | undefined> {
+    const path = this.#recordPath(id);
+    let text: string;
+    let touched: Date;
+    try {
+      // Read through one descriptor, so content and mtime belong to the same file even if it is replaced meanwhile.
+      const file = await open(path, "r");
+      try {
+        text = await file.readFile("utf8");
+        touched = (await file.stat()).mtime;
+      } finally {
+        await file.close();
+      }
+    } catch (error) {
+      if (errorCode(error) === "ENOENT") return undefined;
+      throw ioError(`read remote sandbox record '${id}'`, error);
+    }
+    return { ...parseRecord(id, text), touchedAt: touched.toISOString() };
+  }
+
+  /** Every readable record, oldest first. A damaged file is skipped, not fatal. */
+  async listRemote(): Promise<RemoteSandboxRecord[]> {
+    const records: RemoteSandboxRecord[] = [];
+    for (const name of await this.#names(join(this.root, "remote"))) {
+      if (!name.endsWith(".json")) continue;
+      const id = name.slice(0, -".json".length);
+      if (!ID.test(id)) continue;
+      const record = await this.loadRemote(id).catch(() => undefined);
+      if (record) records.push(record);
+    }
+    return records.sort((a, b) => (a.createdAt < b.createdAt ? -1 : a.createdAt > b.createdAt ? 1 : 0));
+  }
+
+  /** Marks a record as used now. False when it does not exist. Never recreates a record another process deleted. */
+  async touchRemote(id: string): Promise<boolean> {
+    const now = new Date();
+    try {
+      await utimes(this.#recordPath(id), now, now);
+      return true;
+    } catch (error) {
+      if (errorCode(error) === "ENOENT") return false;
+      throw ioError(`touch remote sandbox record '${id}'`, error);
+    }
+  }
+
+  /** Forgets a record (the sandbox itself is left alone). False when it was not there. */
+  async deleteRemote(id: string): Promise<boolean> {
+    return this.#remove(this.#recordPath(id), (trash) => unlink(trash));
+  }
+
+  /** Removes records not written or touched for `olderThan` ms; returns their ids. The sandboxes are left alone. */
+  async pruneRemote({ olderThan }: PruneOptions): Promise<string[]> {
+    const cutoff = pruneCutoff(olderThan);
+    const removed: string[] = [];
+    for (const name of await this.#names(join(this.root, "remote"))) {
+      const id = name.endsWith(".json") ? name.slice(0, -".json".length) : "";
+      if (!ID.test(id)) continue;
+      const path = this.#recordPath(id);
+      const info = await stat(path).catch(() => undefined);
+      if (!info || info.mtime.getTime() >= cutoff) continue;
+      const gone = await this.#remove(path, async (trash) => {
+        // Touched in between: link it back unless a newer record took its place, which then wins.
+        if ((await stat(trash)).mtime.getTime() >= cutoff) {
+          await link(trash, path).catch(() => {});
+          await unlink(trash);
+          return false;
+        }
+        await unlink(trash);
+      });
+      if (gone) removed.push(id);
+    }
+    return removed;
+  }
+
+  /** Reattaches to a recorded sandbox through its provider, and marks the record as used. */
+  async reattach(id: string): Promise<SandboxHandle> {
+    const record = await this.loadRemote(id);
+    if (!record) throw new StrataError("file_not_found", `No remote sandbox is recorded under id '${id}'`);
+    const provider = this.#providers.get(record.provider);
+    if (!provider.reattach) throw new StrataError("unsupported", `Sandbox provider '${record.provider}' cannot reattach to sandboxes`);
+    const handle = await provider.reattach(record.remoteId, record.spec ?? undefined);
+    await this.touchRemote(id);
+    return handle;
+  }
+
+  // ---------------------------------------------------------------- files
+
+  #recordPath(id: string): string {
+    return join(this.root, "remote", `${validateSandboxId(id)}.json`);
+  }
+
+  async #writeRecord(record: z.output<typeof RecordSchema>): Promise<void> {
+    const dir = join(this.root, "remote");
+    await this.#ensureDir(dir);
+    const temp = join(dir, `.${record.id}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
+    try {
+      const file = await open(temp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600);
+      try {
+        await file.writeFile(`${JSON.stringify(record, null, 2)}\n`);
+        await file.sync();
+      } finally {
+        await file.close();
+      }
+      await rename(temp, this.#recordPath(record.id));
+    } catch (error) {
+      await unlink(temp).catch(() => {});
+      throw ioError(`write remote sandbox record '${record.id}'`, error);
+    }
+  }
+
+  /**
+   * Removes `path` by renaming it to a unique name first, so a concurrent
+   * reader sees it whole or not at all and two removers cannot both act.
+   * `finish` disposes of the renamed entry; returning false means it was restored.
+   */
+  async #remove(path: string, finish: (trash: string) => Promise<unknown>): Promise<boolean> {
+    const trash = join(path, "..", `.removing.${process.pid}.${randomBytes(6).toString("hex")}`);
+    try {
+      await rename(path, trash);
+    } catch (error) {
+      if (errorCode(error) === "ENOENT") return false;
+      throw ioError("remove a sandbox entry", error);
+    }
+    return (await finish(trash)) !== false;
+  }
+
+  async #ensureDir(path: string): Promise<void> {
+    try {
+      await mkdir(path, { recursive: true, mode: 0o700 });
+      // mkdir's mode is filtered by the umask and ignored for existing directories.
+      await chmod(path, 0o700);
+    } catch (error) {
+      throw ioError("create the sandbox registry directory", error);
+    }
+  }
+
+  /** Entry names of a directory, without hidden (temporary) ones; [] when it does not exist. */
+  async #names(dir: string): Promise<string[]> {
+    try {
+      return (await readdir(dir)).filter((name) => !name.startsWith(".")).sort();
+    } catch (error) {
+      if (errorCode(error) === "ENOENT") return [];
+      throw ioError("list the sandbox registry", error);
+    }
+  }
+}
+
+function parseRecord(id: string, text: string): z.output<typeof RecordSchema> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new StrataError("io_error", `Remote sandbox record '${id}' is not valid JSON`);
+  }
+  const parsed = RecordSchema.safeParse(value);
+  if (!parsed.success || parsed.data.id !== id) throw new StrataError("io_error", `Remote sandbox record '${id}' is malformed`);
+  return parsed.data;
+}
+
+function pruneCutoff(olderThan: number): number {
+  if (typeof olderThan !== "number" || !Number.isFinite(olderThan) || olderThan < 0) {
+    throw new StrataError("invalid_argument", "olderThan must be a non-negative number of milliseconds");
+  }
+  return Date.now() - olderThan;
+}
+
+function errorCode(error: unknown): string | undefined {
+  return (error as NodeJS.ErrnoException | undefined)?.code;
+}
+
+/** Host paths stay out of the message; the errno code says what went wrong. */
+function ioError(what: string, error: unknown): StrataError {
+  if (error instanceof StrataError) return error;
+  return new StrataError(errorCode(error) === "EACCES" ? "permission_denied" : "io_error", `Could not ${what} (${errorCode(error) ?? "unknown error"})`, { cause: error });
+}

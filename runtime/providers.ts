@@ -1,0 +1,254 @@
+import { randomUUID } from "node:crypto";
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
+import { delimiter, join } from "node:path";
+import { StrataError } from "../core/errors.js";
+import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
+import { DockerSandbox } from "../sandboxes/docker.js";
+import { shellQuote } from "../sandboxes/base.js";
+import { LocalSandbox } from "../sandboxes/local.js";
+import { SshSandbox } from "../sandboxes/ssh.js";
+import { measuredColdStart, SandboxProviderBase, type Capabilities, type OpenedSandbox, type SandboxSpec } from "./provider.js";
+import type { ProviderRegistry } from "./registry.js";
+
+/**
+ * The four built-in providers. Each `isAvailable` only looks at the
+ * environment and the filesystem (no network, no subprocess); `open` is where
+ * a provider may find out more and fail with a typed `unavailable` error.
+ *
+ * How the spec applies:
+ * - `env` reaches every payload dispatched through the handle (all four), and
+ *   also direct `sandbox.execute` calls on bubblewrap and docker sandboxes;
+ * - `workingDir` is the workspace: a host directory (local, bubblewrap;
+ *   created if missing and kept at close), a directory in the container
+ *   (docker) or on the remote host (ssh);
+ * - `image` is the docker image (default: env STRATA_DOCKER_IMAGE); the
+ *   others have none and ignore it, as OpenRath's local backend does;
+ * - `entrypoint` is ignored: every sandbox's main process is its own
+ *   keep-alive (docker) or there is none (local, bubblewrap, ssh);
+ * - `timeout` is the lifetime, enforced by the handle for all four.
+ */
+
+function capabilities(name: string, isolation: Capabilities["isolation"]): Capabilities {
+  return { isolation, commands: true, files: true, codeRun: true, streaming: true, coldStart: measuredColdStart(name) };
+}
+
+/** Host processes in a workspace directory: no isolation, always available. */
+export class LocalProvider extends SandboxProviderBase {
+  static isAvailable(): boolean {
+    return true;
+  }
+
+  unavailableReason(): string | undefined {
+    return undefined;
+  }
+
+  capabilities(): Capabilities {
+    return capabilities(this.name, "process");
+  }
+
+  protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
+    if (spec.workingDir !== undefined) await mkdir(spec.workingDir, { recursive: true });
+    return { sandbox: new LocalSandbox({ workspace: spec.workingDir }) };
+  }
+}
+
+/** Each command in fresh Linux namespaces (bwrap), the workspace the only writable place. */
+export class BubblewrapProvider extends SandboxProviderBase {
+  static isAvailable(): boolean {
+    return findOnPath("bwrap") !== undefined;
+  }
+
+  unavailableReason(): string | undefined {
+    return BubblewrapProvider.isAvailable() ? undefined : "bwrap is not on PATH (apt-get install bubblewrap)";
+  }
+
+  capabilities(): Capabilities {
+    return capabilities(this.name, "namespace");
+  }
+
+  protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
+    // bwrap being installed is not enough (user namespaces may be off): one probe run says, once per process.
+    const reason = await BubblewrapSandbox.unavailableReason();
+    if (reason !== undefined) throw new StrataError("unavailable", `Sandbox provider '${this.name}' is not available: ${reason}`);
+    if (spec.workingDir !== undefined) await mkdir(spec.workingDir, { recursive: true });
+    return { sandbox: new BubblewrapSandbox({ workspace: spec.workingDir, env: spec.env }) };
+  }
+}
+
+/**
+ * A container per sandbox on a Docker daemon: STRATA_DOCKER_HOST, else
+ * DOCKER_HOST, else /var/run/docker.sock. Containers outlive the process, so
+ * a handle's `remoteId` (the container id) can be recorded and reattached;
+ * `detach()` leaves the container running, `close()` removes it (also when
+ * reattached: detach is the way to keep it).
+ */
+export class DockerProvider extends SandboxProviderBase {
+  static isAvailable(): boolean {
+    return DockerProvider.unavailableReason() === undefined;
+  }
+
+  static unavailableReason(): string | undefined {
+    const host = dockerHost();
+    if (host.socketPath === undefined) return undefined; // a TCP daemon: only a connection would tell
+    return existsSync(host.socketPath) ? undefined : "no Docker daemon socket (set STRATA_DOCKER_HOST or DOCKER_HOST, or start dockerd)";
+  }
+
+  unavailableReason(): string | undefined {
+    return DockerProvider.unavailableReason();
+  }
+
+  capabilities(): Capabilities {
+    return capabilities(this.name, "container");
+  }
+
+  protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
+    const image = spec.image ?? process.env.STRATA_DOCKER_IMAGE;
+    if (!image) throw new StrataError("invalid_argument", "The docker provider needs an image: set spec.image or STRATA_DOCKER_IMAGE");
+    const sandbox = await DockerSandbox.create({ ...this.#options(spec), image, labels: { "strata.provider": this.name } });
+    return { sandbox, remoteId: sandbox.id };
+  }
+
+  protected override async attach(remoteId: string, spec: SandboxSpec): Promise<OpenedSandbox> {
+    const sandbox = await DockerSandbox.attach(remoteId, { ...this.#options(spec), removeOnClose: true });
+    return { sandbox, remoteId: sandbox.id };
+  }
+
+  #options(spec: SandboxSpec) {
+    const host = dockerHost();
+    // Without a socket path Dockerode reads DOCKER_HOST itself (tcp://…).
+    return { docker: host.socketPath, workDir: spec.workingDir, env: spec.env };
+  }
+}
+
+/**
+ * A workspace directory on a machine reached over SSH, configured by the
+ * environment: STRATA_SSH_HOST, STRATA_SSH_PORT (default 22), STRATA_SSH_USER,
+ * STRATA_SSH_KEY (path of the private key), STRATA_SSH_HOST_KEY (path of the
+ * server's public key; when set, any other server key is refused) and
+ * STRATA_SSH_ROOT (where workspaces are made, default /tmp).
+ *
+ * Without `workingDir` each sandbox gets a fresh private directory under the
+ * root, removed at close. The `remoteId` is an ssh:// URL (user, host, port,
+ * workspace), so another process can reattach; `detach()` only ends the
+ * connection, `close()` also removes a workspace the provider made.
+ */
+export class SshProvider extends SandboxProviderBase {
+  static isAvailable(): boolean {
+    return SshProvider.unavailableReason() === undefined;
+  }
+
+  static unavailableReason(): string | undefined {
+    const missing = ["STRATA_SSH_HOST", "STRATA_SSH_USER", "STRATA_SSH_KEY"].filter((name) => !process.env[name]);
+    if (missing.length > 0) return `${missing.join(", ")} not set`;
+    return existsSync(process.env.STRATA_SSH_KEY!) ? undefined : "the key file named by STRATA_SSH_KEY does not exist";
+  }
+
+  unavailableReason(): string | undefined {
+    return SshProvider.unavailableReason();
+  }
+
+  capabilities(): Capabilities {
+    return capabilities(this.name, "remote");
+  }
+
+  protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
+    const owned = spec.workingDir === undefined;
+    const root = process.env.STRATA_SSH_ROOT || "/tmp";
+    const workspace = spec.workingDir ?? `${root.replace(/\/+$/, "")}/strata-${randomUUID()}`;
+    const target = { host: process.env.STRATA_SSH_HOST!, port: Number(process.env.STRATA_SSH_PORT || 22), username: process.env.STRATA_SSH_USER!, workspace };
+    return this.#connect(target, spec, owned);
+  }
+
+  protected override async attach(remoteId: string, spec: SandboxSpec): Promise<OpenedSandbox> {
+    // A workspace the provider made (no workingDir in the recorded spec) is still its to remove at close.
+    return this.#connect(parseSshUrl(remoteId), spec, spec.workingDir === undefined);
+  }
+
+  async #connect(target: SshTarget, spec: SandboxSpec, owned: boolean): Promise<OpenedSandbox> {
+    const hostKeyFile = process.env.STRATA_SSH_HOST_KEY;
+    const sandbox = await SshSandbox.connect({
+      ...target,
+      privateKey: readFileSync(process.env.STRATA_SSH_KEY!),
+      hostKey: hostKeyFile ? readFileSync(hostKeyFile, "utf8").trim() : undefined,
+      env: spec.env,
+    });
+    if (owned) {
+      // Others on the machine have no business in it.
+      const chmod = await sandbox.execute(`chmod 700 ${shellQuote(target.workspace)}`);
+      if (chmod.exitCode !== 0) {
+        await sandbox.close();
+        throw new StrataError("permission_denied", "Cannot make the remote workspace private");
+      }
+    }
+    return {
+      sandbox,
+      remoteId: sshUrl(target),
+      teardown: async () => {
+        try {
+          if (owned && !sandbox.closed) await sandbox.execute(`cd / && rm -rf -- ${shellQuote(target.workspace)}`, { timeout: 60 });
+        } finally {
+          await sandbox.close();
+        }
+      },
+      detach: () => sandbox.close(),
+    };
+  }
+}
+
+interface SshTarget {
+  host: string;
+  port: number;
+  username: string;
+  workspace: string;
+}
+
+/** `ssh://user@host:port/absolute/workspace` (the path percent-encoded). */
+function sshUrl(target: SshTarget): string {
+  const host = target.host.includes(":") ? `[${target.host}]` : target.host;
+  return `ssh://${encodeURIComponent(target.username)}@${host}:${target.port}${encodeURI(target.workspace)}`;
+}
+
+function parseSshUrl(remoteId: string): SshTarget {
+  let url: URL;
+  try {
+    url = new URL(remoteId);
+  } catch {
+    throw new StrataError("invalid_argument", "An ssh sandbox's remoteId must be an ssh://user@host:port/workspace URL");
+  }
+  if (url.protocol !== "ssh:" || !url.username || !url.hostname || url.pathname.length < 2) {
+    throw new StrataError("invalid_argument", "An ssh sandbox's remoteId must be an ssh://user@host:port/workspace URL");
+  }
+  return {
+    host: url.hostname.replace(/^\[(.*)\]$/, "$1"),
+    port: Number(url.port || 22),
+    username: decodeURIComponent(url.username),
+    workspace: decodeURI(url.pathname),
+  };
+}
+
+/** Registers local, bubblewrap, docker and ssh in `registry`. */
+export function registerBuiltinProviders(registry: ProviderRegistry): void {
+  registry.register("local", LocalProvider);
+  registry.register("bubblewrap", BubblewrapProvider);
+  registry.register("docker", DockerProvider);
+  registry.register("ssh", SshProvider);
+}
+
+// ---------------------------------------------------------------- environment
+
+function dockerHost(): { socketPath?: string } {
+  const value = process.env.STRATA_DOCKER_HOST || process.env.DOCKER_HOST || "/var/run/docker.sock";
+  if (value.startsWith("unix://")) return { socketPath: value.slice("unix://".length) };
+  if (value.startsWith("/")) return { socketPath: value };
+  return {};
+}
+
+function findOnPath(command: string): string | undefined {
+  for (const dir of (process.env.PATH ?? "").split(delimiter)) {
+    if (!dir) continue;
+    const candidate = join(dir, command);
+    if (statSync(candidate, { throwIfNoEntry: false })?.isFile()) return candidate;
+  }
+  return undefined;
+}

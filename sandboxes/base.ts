@@ -1,0 +1,726 @@
+/**
+ * BaseSandbox: a sandbox is a place that can run a shell. Every file
+ * operation here is derived from `execute` (a POSIX sh script, GNU coreutils
+ * or BusyBox, nothing else: no python, no node inside), so a new sandbox only
+ * implements `execute`, `uploadFiles` and `downloadFiles`.
+ *
+ * Rules every derived operation keeps:
+ * - one `execute` round trip per operation; `edit` is the exception, with two
+ *   (read, then compare-and-swap write; see `edit`);
+ * - virtual paths map to `workspace + path` after `normalizePath`, so nothing
+ *   escapes through `..`; paths are single-quoted with `shellQuote`;
+ * - file content and grep patterns never travel in argv: content goes through
+ *   stdin, patterns through the environment, results come back as base64;
+ * - the formatting, edit, glob and grep semantics are core's (`formatRead`,
+ *   `applyEdit`, `compileGlob`, `grepText`, …): the shell only moves bytes.
+ */
+import { BaseBackend, failure } from "../core/base.js";
+import { applyEdit } from "../core/edit.js";
+import { StrataError, errors, toFileOperationError } from "../core/errors.js";
+import { decodeBase64, decodeText, fileDataFromBytes, fileDataSize, fileDataText } from "../core/filedata.js";
+import { DEFAULT_READ_LIMIT, errorString, formatRead, renderWindow, splitLines, validateReadWindow } from "../core/format.js";
+import { compileGlob, searchRoot } from "../core/glob.js";
+import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
+import { isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
+import type { SandboxBackendProtocol } from "../core/protocol.js";
+import type {
+  DeleteResult,
+  EditResult,
+  ExecuteOptions,
+  ExecuteResponse,
+  FileDataV2,
+  FileDownloadResponse,
+  FileInfo,
+  FileUploadResponse,
+  GrepMatch,
+  GrepOptions,
+  GrepResult,
+  WriteOptions,
+  WriteResult,
+} from "../core/types.js";
+
+/** Exit code of a command killed by its timeout (as GNU `timeout` reports it). */
+export const TIMEOUT_EXIT_CODE = 124;
+/** Output kept per command unless the sandbox or the call says otherwise. */
+export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
+/** Largest file `readRaw`, `edit` and a sandbox's download move through `execute`. */
+export const MAX_TRANSFER_BYTES = 64 * 1024 * 1024;
+/** Output limit of the derived file operations: base64 of MAX_TRANSFER_BYTES plus listing overhead. */
+const FILE_OP_OUTPUT_BYTES = Math.ceil((MAX_TRANSFER_BYTES * 4) / 3) + 16 * 1024 * 1024;
+/** Files up to this size are read (and grepped) whole, so core decides binary-ness and formats exactly. */
+const WHOLE_FILE_BYTES = 1024 * 1024;
+/** Largest window of a big file `read` returns, in bytes. */
+const MAX_WINDOW_BYTES = 16 * 1024 * 1024;
+
+/** Quotes any string for POSIX sh: spaces, quotes, newlines and `$` survive as they are. */
+export function shellQuote(value: string): string {
+  return `'${value.replace(/'/g, `'\\''`)}'`;
+}
+
+/** The message appended to a command's output when its timeout killed it. */
+export function timeoutMessage(seconds: number): string {
+  return `\n[Command timed out after ${seconds} s; its process group was killed]`;
+}
+
+/**
+ * Collects a command's output: keeps the first `maxBytes` bytes, counts the
+ * rest, decodes UTF-8 per source stream (a character split across chunks
+ * stays whole) and forwards decoded text to `onOutput` as it arrives.
+ */
+export class OutputCollector {
+  private readonly parts: string[] = [];
+  private readonly decoders = new Map<string, TextDecoder>();
+  private kept = 0;
+  /** Bytes received in total, kept or not. */
+  totalBytes = 0;
+
+  constructor(
+    readonly maxBytes: number = DEFAULT_MAX_OUTPUT_BYTES,
+    private readonly onOutput?: (chunk: string) => void,
+  ) {}
+
+  get truncated(): boolean {
+    return this.totalBytes > this.kept;
+  }
+
+  push(chunk: Uint8Array, source = "stdout"): void {
+    this.totalBytes += chunk.length;
+    const room = this.maxBytes - this.kept;
+    if (room <= 0) return;
+    const head = chunk.length > room ? chunk.subarray(0, room) : chunk;
+    this.kept += head.length;
+    let decoder = this.decoders.get(source);
+    if (!decoder) this.decoders.set(source, (decoder = new TextDecoder("utf-8")));
+    const text = decoder.decode(head, { stream: true });
+    if (text === "") return;
+    this.parts.push(text);
+    this.onOutput?.(text);
+  }
+
+  /** The kept output; a character cut by the byte limit is dropped rather than garbled. */
+  text(): string {
+    if (!this.truncated) {
+      for (const decoder of this.decoders.values()) {
+        const rest = decoder.decode();
+        if (rest !== "") this.parts.push(rest);
+      }
+    }
+    return this.parts.join("");
+  }
+}
+
+/**
+ * A sandbox: a workspace directory inside an isolated environment plus a
+ * shell. Subclasses implement `execute`, `uploadFiles` and `downloadFiles`
+ * (virtual paths), and may override `close` (call `super.close()` first).
+ */
+export abstract class BaseSandbox extends BaseBackend implements SandboxBackendProtocol {
+  abstract readonly id: string;
+  /** Absolute path of the workspace inside the sandbox; virtual "/" maps here. Commands run here by default. */
+  abstract readonly workspace: string;
+  /** Runs `command` with `/bin/sh -c` in the workspace (or `options.cwd`, a virtual path). */
+  abstract execute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse>;
+  abstract override uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]>;
+  abstract override downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]>;
+
+  /** Seconds a derived file operation may run before it is killed. */
+  protected fileOperationTimeout = 300;
+  private isClosed = false;
+
+  get closed(): boolean {
+    return this.isClosed;
+  }
+
+  /** Releases the sandbox. Idempotent; afterwards every operation fails with `sandbox_closed`. */
+  async close(): Promise<void> {
+    this.isClosed = true;
+  }
+
+  protected assertOpen(): void {
+    if (this.isClosed) throw new StrataError("sandbox_closed", `Sandbox '${this.id}' is closed`);
+  }
+
+  /** Where a normalised virtual path lives inside the sandbox. */
+  protected sandboxPath(path: string): string {
+    if (path === "/") return this.workspace;
+    return this.workspace === "/" ? path : this.workspace + path;
+  }
+
+  /** The virtual path of a path inside the sandbox's workspace. */
+  protected virtualPath(sandboxPath: string): string {
+    if (this.workspace === "/") return normalizePath(sandboxPath);
+    return normalizePath(sandboxPath.slice(this.workspace.length) || "/");
+  }
+
+  /**
+   * Runs a derived operation's script: stderr silenced, byte-oriented locale,
+   * generous output limit. The script's first output line is a status word.
+   */
+  protected async runScript(path: string, body: string, options: { stdin?: Uint8Array; env?: Record<string, string> } = {}): Promise<{ status: string; fields: string[]; payload: string }> {
+    this.assertOpen();
+    // Every script ends in `exit 0`: a run that did not reach the end is told apart by its exit code.
+    const script = `exec 2>/dev/null\nexport LC_ALL=C\nW=${shellQuote(this.workspace)}\n${body}\nexit 0`;
+    const response = await this.execute(script, {
+      ...options,
+      cwd: "/",
+      timeout: this.fileOperationTimeout,
+      maxOutputBytes: FILE_OP_OUTPUT_BYTES,
+    });
+    if (response.truncated) {
+      throw new StrataError("too_large", `The result for '${path}' is over ${FILE_OP_OUTPUT_BYTES} bytes; narrow the request`);
+    }
+    const newline = response.output.indexOf("\n");
+    const [status = "", ...fields] = (newline === -1 ? "" : response.output.slice(0, newline)).split(" ");
+    if (status === "" || response.exitCode !== 0) {
+      throw new StrataError(
+        response.exitCode === TIMEOUT_EXIT_CODE ? "timeout" : "io_error",
+        `The sandbox could not complete the operation on '${path}' (exit code ${String(response.exitCode)})`,
+      );
+    }
+    const error = statusError(status, path, fields);
+    if (error) throw error;
+    return { status, fields, payload: response.output.slice(newline + 1) };
+  }
+
+  /**
+   * Uploads through the shell, for sandboxes without a side channel: file
+   * bytes go concatenated through stdin and `dd` cuts them apart, so a batch
+   * is one round trip (more only past ~64 MiB or very many long paths).
+   * Paths resolve inside the sandbox, so a symlink there cannot reach the host.
+   */
+  protected async uploadThroughShell(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+    this.assertOpen();
+    const responses: FileUploadResponse[] = files.map(([path]) => ({ path, error: null }));
+    const pending: { index: number; path: string; bytes: Uint8Array }[] = [];
+    files.forEach(([filePath, bytes], index) => {
+      try {
+        const path = normalizePath(filePath);
+        if (!(bytes instanceof Uint8Array)) throw errors.invalidArgument("upload content must be bytes");
+        if (path === "/") throw errors.isDirectory(path);
+        responses[index] = { path, error: null };
+        pending.push({ index, path, bytes });
+      } catch (error) {
+        responses[index] = { path: filePath, error: toFileOperationError(failure(error, filePath).code) };
+      }
+    });
+    for (const batch of batches(pending, (item) => item.bytes.length, (item) => item.path.length)) {
+      const calls = batch.map((item) => `put ${shellQuote(this.sandboxPath(item.path))} ${item.bytes.length} ${tempName()}`);
+      const stdin = new Uint8Array(batch.reduce((sum, item) => sum + item.bytes.length, 0));
+      let offset = 0;
+      for (const item of batch) {
+        stdin.set(item.bytes, offset);
+        offset += item.bytes.length;
+      }
+      let statuses: string[];
+      try {
+        const { payload } = await this.runScript(batch[0]!.path, `${PLACE_FN}\n${PUT_FN}\necho ok\n${calls.join("\n")}`, { stdin });
+        statuses = payload.split("\n");
+      } catch (error) {
+        statuses = batch.map(() => failure(error, "/").code);
+      }
+      batch.forEach((item, i) => {
+        const status = statuses[i] ?? "failed";
+        const code = status === "ok" ? null : (statusError(status, item.path, [])?.code ?? (status as StrataError["code"]));
+        responses[item.index] = { path: item.path, error: code === null ? null : toFileOperationError(code) };
+      });
+    }
+    return responses;
+  }
+
+  /** Downloads through the shell as base64: one round trip per ~64 MiB of content. */
+  protected async downloadThroughShell(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+    this.assertOpen();
+    const responses: FileDownloadResponse[] = paths.map((path) => ({ path, content: null, error: null }));
+    let pending: { index: number; path: string }[] = [];
+    paths.forEach((filePath, index) => {
+      try {
+        pending.push({ index, path: normalizePath(filePath) });
+      } catch (error) {
+        responses[index]!.error = toFileOperationError(failure(error, filePath).code);
+      }
+    });
+    while (pending.length > 0) {
+      const later: typeof pending = [];
+      for (const batch of batches(pending, () => 0, (item) => item.path.length)) {
+        const calls = batch.map((item) => `get ${shellQuote(this.sandboxPath(item.path))}`);
+        let payload = "";
+        try {
+          payload = (await this.runScript(batch[0]!.path, `${GET_FN}\necho ok\n${calls.join("\n")}`)).payload;
+        } catch (error) {
+          for (const item of batch) responses[item.index]!.error = toFileOperationError(failure(error, item.path).code);
+          continue;
+        }
+        let at = 0;
+        for (const item of batch) {
+          const end = payload.indexOf("\0", at);
+          const record = end === -1 ? "failed\n" : payload.slice(at, end);
+          at = end + 1;
+          const newline = record.indexOf("\n");
+          const [status = "failed", ...fields] = record.slice(0, newline).split(" ");
+          if (status === "ok") responses[item.index]!.content = fromBase64(record.slice(newline + 1));
+          else if (status === "later") later.push(item);
+          else responses[item.index]!.error = toFileOperationError(statusError(status, item.path, fields)?.code ?? "io_error");
+        }
+      }
+      pending = later;
+    }
+    return responses;
+  }
+
+  async lsInfo(dirPath: string): Promise<FileInfo[]> {
+    this.assertOpen();
+    const dir = normalizePath(dirPath);
+    const { status, payload } = await this.runScript(
+      dir,
+      `P=${shellQuote(this.sandboxPath(dir))}
+if [ -d "$P" ]; then
+  cd -- "$P" || { echo denied; exit 0; }
+  echo dir
+  find . -mindepth 1 -maxdepth 1 -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +
+elif [ -e "$P" ]; then
+  echo file
+  set -- "$P"; ${STAT_BATCH}
+else
+  echo absent
+fi`,
+    );
+    if (status === "absent") return [];
+    const entries: FileInfo[] = [];
+    for (const entry of parseStatBatches(payload)) {
+      if (status === "file") {
+        entries.push(fileInfo(dir, entry));
+        continue;
+      }
+      const name = entry.name.slice(2); // find prints "./name"
+      const path = joinPath(dir, name);
+      entries.push(entry.isDir ? { path: `${path}/`, is_dir: true } : fileInfo(path, entry));
+    }
+    return sortByPath(entries);
+  }
+
+  override async read(filePath: string, offset = 0, limit = DEFAULT_READ_LIMIT): Promise<string> {
+    this.assertOpen();
+    try {
+      const path = normalizePath(filePath);
+      validateReadWindow(offset, limit);
+      const last = offset + limit;
+      const { status, fields, payload } = await this.runScript(
+        path,
+        `P=${shellQuote(this.sandboxPath(path))}
+${CHECK_REGULAR_FILE}
+s=$(($(wc -c < "$P")))
+if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then echo "whole $s"; base64 < "$P"; exit 0; fi
+n=$(($(wc -l < "$P")))
+[ "$(tail -c 1 < "$P" | wc -l)" -eq 0 ] && n=$((n + 1))
+z=$(($(tr -d '\\000' < "$P" | wc -c)))
+echo "window $s $n $z"
+sed -n '${offset + 1},${last}p;${last}q' < "$P" | head -c ${MAX_WINDOW_BYTES + 1} | base64`,
+      );
+      const size = Number(fields[0]);
+      const bytes = fromBase64(payload);
+      if (status === "whole") {
+        const text = decodeText(bytes);
+        if (text === null) throw errors.binary(path, size);
+        return formatRead(text, path, offset, limit);
+      }
+      // A big file: the shell sent the window, the line count and the size without NUL bytes.
+      if (bytes.length > MAX_WINDOW_BYTES) throw errors.tooLarge(path, bytes.length, MAX_WINDOW_BYTES);
+      const text = decodeText(bytes);
+      if (text === null || Number(fields[2]) !== size) throw errors.binary(path, size);
+      return renderWindow(splitLines(text), offset, Number(fields[1]), path);
+    } catch (error) {
+      return errorString(error);
+    }
+  }
+
+  async readRaw(filePath: string): Promise<FileDataV2> {
+    this.assertOpen();
+    const path = normalizePath(filePath);
+    return (await this.fetchFile(path)).data;
+  }
+
+  /** The whole file, its modification time and a checksum the shell can recompute (for edit's swap). */
+  private async fetchFile(path: string): Promise<{ data: FileDataV2; checksum: string }> {
+    const { fields, payload } = await this.runScript(
+      path,
+      `P=${shellQuote(this.sandboxPath(path))}
+${CHECK_REGULAR_FILE}
+s=$(($(wc -c < "$P")))
+[ "$s" -le ${MAX_TRANSFER_BYTES} ] || { echo "toolarge $s ${MAX_TRANSFER_BYTES}"; exit 0; }
+m=$(stat -L -c %Y -- "$P")
+h=$(md5sum < "$P")
+echo "ok $s \${m:-0} \${h%% *}"
+base64 < "$P"`,
+    );
+    const modified = new Date(Number(fields[1]) * 1000);
+    const timestamp = Number.isFinite(modified.getTime()) && modified.getTime() > 0 ? modified.toISOString() : undefined;
+    const data = fileDataFromBytes(fromBase64(payload), timestamp);
+    if (timestamp) data.modified_at = timestamp;
+    return { data, checksum: fields[2] ?? "" };
+  }
+
+  async write(filePath: string, content: string, options: WriteOptions = {}): Promise<WriteResult> {
+    this.assertOpen();
+    let path = filePath;
+    try {
+      path = normalizePath(filePath);
+      if (typeof content !== "string") throw errors.invalidArgument("content must be a string");
+      if (path === "/") throw errors.isDirectory(path);
+      await this.runScript(
+        path,
+        `P=${shellQuote(this.sandboxPath(path))}
+${CHECK_PLACE_FOR_FILE}
+if [ -e "$P" ] || [ -L "$P" ]; then ${options.overwrite ? ":" : "echo exists; exit 0"}; fi
+${REPLACE_FROM_STDIN(tempName())}`,
+        { stdin: new TextEncoder().encode(content) },
+      );
+      return { path, filesUpdate: null };
+    } catch (error) {
+      return failure(error, path);
+    }
+  }
+
+  /**
+   * Two round trips: fetch the file, apply core's `applyEdit` here, then
+   * write back only if the file still has the checksum it had when fetched
+   * (compare-and-swap in the shell; a concurrent change fails with
+   * `conflict` instead of being overwritten). A one-trip edit would need the
+   * replacement done by the shell, which cannot match applyEdit's CRLF and
+   * UTF-8 rules with POSIX tools alone.
+   */
+  async edit(filePath: string, oldString: string, newString: string, replaceAll = false): Promise<EditResult> {
+    this.assertOpen();
+    let path = filePath;
+    try {
+      path = normalizePath(filePath);
+      const { data, checksum } = await this.fetchFile(path);
+      const text = fileDataText(data);
+      if (text === null) throw errors.binary(path, fileDataSize(data));
+      const { text: updated, occurrences } = applyEdit(text, oldString, newString, replaceAll, path);
+      await this.runScript(
+        path,
+        `P=${shellQuote(this.sandboxPath(path))}
+${CHECK_REGULAR_FILE}
+h=$(md5sum < "$P")
+[ "\${h%% *}" = ${shellQuote(checksum)} ] || { echo conflict; exit 0; }
+${REPLACE_FROM_STDIN(tempName())}`,
+        { stdin: new TextEncoder().encode(updated) },
+      );
+      return { path, occurrences, filesUpdate: null };
+    } catch (error) {
+      return failure(error, path);
+    }
+  }
+
+  async delete(filePath: string): Promise<DeleteResult> {
+    this.assertOpen();
+    let path = filePath;
+    try {
+      path = normalizePath(filePath);
+      if (path === "/") throw new StrataError("permission_denied", "Refusing to delete '/'");
+      await this.runScript(
+        path,
+        `P=${shellQuote(this.sandboxPath(path))}
+[ -e "$P" ] || [ -L "$P" ] || { echo missing; exit 0; }
+rm -rf -- "$P"
+if [ -e "$P" ] || [ -L "$P" ]; then echo denied; else echo ok; fi`,
+      );
+      return { path, filesUpdate: null };
+    } catch (error) {
+      return failure(error, path);
+    }
+  }
+
+  /**
+   * The shell lists the files under the search directory that contain the
+   * pattern (`grep -F -l`, batched by `find`); for each it sends the whole
+   * file when small, so core's `grepText` decides lines and binary-ness
+   * exactly, or `grep -n` lines plus a NUL check for big files. The glob
+   * filter, sorting and the cap are core's, applied here.
+   */
+  async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
+    this.assertOpen();
+    validateGrepPattern(pattern);
+    validateMaxCount(options.maxCount);
+    const root = searchRoot(path);
+    const matcher = glob ? compileGlob(glob, root) : undefined;
+    // A pattern with NUL can only match binary files, which grep skips.
+    if (pattern.includes("\0")) return { matches: [], truncated: false };
+    const { payload } = await this.runScript(
+      root,
+      `R=${shellQuote(this.sandboxPath(matcher ? matcher.root : root))}
+NL='
+'
+${GREP_EMIT}
+echo ok
+find -H "$R" -type f ! -path "*$NL*" -exec grep -l -F -e "$STRATA_PATTERN" -- {} + | while IFS= read -r f; do emit "$f"; done
+find -H "$R" -type f -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do grep -q -F -e "$STRATA_PATTERN" -- "$f" && emit "$f"; done`)} sh {} +`,
+      { env: { STRATA_PATTERN: pattern } },
+    );
+    const matches: GrepMatch[] = [];
+    let at = 0;
+    while (at < payload.length) {
+      const kind = payload[at];
+      const nameEnd = payload.indexOf("\0", at + 1);
+      const bodyEnd = nameEnd === -1 ? -1 : payload.indexOf("\0", nameEnd + 1);
+      if ((kind !== "W" && kind !== "L") || bodyEnd === -1) break;
+      const file = this.virtualPath(payload.slice(at + 1, nameEnd));
+      const body = fromBase64(payload.slice(nameEnd + 1, bodyEnd));
+      at = bodyEnd + 1;
+      if (!isWithin(root, file) || (matcher && !matcher(file))) continue;
+      if (kind === "W") {
+        const text = decodeText(body);
+        if (text !== null) grepText(file, text, pattern, matches);
+      } else {
+        matches.push(...parseGrepLines(file, body));
+      }
+    }
+    return capMatches(sortMatches(matches), options.maxCount);
+  }
+
+  async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
+    this.assertOpen();
+    const matcher = compileGlob(pattern, searchRoot(path));
+    const { payload } = await this.runScript(
+      matcher.root,
+      `echo ok
+find -H ${shellQuote(this.sandboxPath(matcher.root))} -type f -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +`,
+    );
+    const found: FileInfo[] = [];
+    for (const entry of parseStatBatches(payload)) {
+      const file = this.virtualPath(entry.name);
+      if (matcher(file)) found.push(fileInfo(file, entry));
+    }
+    return sortByPath(found);
+  }
+}
+
+/** Maps a script's status word to the error it stands for; undefined for success words. */
+function statusError(status: string, path: string, fields: string[]): StrataError | undefined {
+  switch (status) {
+    case "missing":
+      return errors.notFound(path);
+    case "isdir":
+      return errors.isDirectory(path);
+    case "notdir":
+      return errors.notADirectory(path);
+    case "exists":
+      return errors.alreadyExists(path);
+    case "denied":
+      return errors.permissionDenied(path);
+    case "special":
+      return new StrataError("permission_denied", `'${path}' is not a regular file`);
+    case "toolarge":
+      return errors.tooLarge(path, Number(fields[0]), Number(fields[1]));
+    case "conflict":
+      return new StrataError("conflict", `'${path}' changed while it was being edited; read it again and retry`);
+    case "failed":
+      return errors.io(path);
+    default:
+      return undefined;
+  }
+}
+
+// ---- shell fragments (POSIX sh; GNU coreutils and BusyBox alike) ----
+
+/** Stops with a status word unless "$P" is a readable regular file (symlinks inside the sandbox are followed). */
+const CHECK_REGULAR_FILE = `[ -d "$P" ] && { echo isdir; exit 0; }
+[ -e "$P" ] || { echo missing; exit 0; }
+[ -f "$P" ] || { echo special; exit 0; }
+[ -r "$P" ] || { echo denied; exit 0; }`;
+
+/** Stops unless "$P" may become a file: not a directory, and no ancestor up to "$W" is a file. */
+const CHECK_PLACE_FOR_FILE = `[ -d "$P" ] && { echo isdir; exit 0; }
+a=\${P%/*}
+while [ "\${#a}" -gt "\${#W}" ]; do
+  if [ -e "$a" ] || [ -L "$a" ]; then [ -d "$a" ] || { echo notdir; exit 0; }; fi
+  a=\${a%/*}
+done`;
+
+/**
+ * Writes stdin to a temporary file beside "$P" and renames it over "$P", so
+ * a failed write never leaves a half-written file; keeps an existing file's mode.
+ */
+const REPLACE_FROM_STDIN = (temp: string) => `d=\${P%/*}
+d=\${d:-/}
+mkdir -p -- "$d" || { echo denied; exit 0; }
+t="$d/${temp}"
+if cat > "$t"; then
+  [ -f "$P" ] && chmod "$(stat -L -c %a -- "$P")" "$t"
+  mv -f -- "$t" "$P" && { echo ok; exit 0; }
+fi
+rm -f -- "$t"
+if [ -w "$d" ]; then echo failed; else echo denied; fi`;
+
+/** `place PATH`: prints whether PATH may become a file: ok, isdir, or notdir (an ancestor up to "$W" is a file). */
+const PLACE_FN = `place() {
+  [ -d "$1" ] && { echo isdir; return; }
+  a=\${1%/*}
+  while [ "\${#a}" -gt "\${#W}" ]; do
+    if [ -e "$a" ] || [ -L "$a" ]; then [ -d "$a" ] || { echo notdir; return; }; fi
+    a=\${a%/*}
+  done
+  echo ok
+}`;
+
+/**
+ * `put PATH SIZE TEMP`: takes exactly SIZE bytes from stdin (dd with
+ * fullblock: exact on pipes, GNU and BusyBox alike) into PATH via a temp
+ * file and rename; prints a status. A file that cannot be written still has
+ * its bytes consumed so the next file starts at the right place; if the
+ * stream position is lost (a failed write), the rest of the batch fails.
+ */
+const PUT_FN = `take() {
+  q=$(($1 / 65536)); r=$(($1 % 65536))
+  if [ "$q" -gt 0 ]; then dd bs=65536 count="$q" iflag=fullblock || return 1; fi
+  if [ "$r" -gt 0 ]; then dd bs="$r" count=1 iflag=fullblock || return 1; fi
+  return 0
+}
+put() {
+  [ -z "$broken" ] || { echo failed; return; }
+  st=$(place "$1")
+  if [ "$st" = ok ]; then
+    d=\${1%/*}; d=\${d:-/}; t="$d/$3"
+    if mkdir -p -- "$d" && : > "$t"; then
+      if take "$2" > "$t"; then
+        [ -f "$1" ] && chmod "$(stat -L -c %a -- "$1")" "$t"
+        if mv -f -- "$t" "$1"; then echo ok; else rm -f -- "$t"; st=$(place "$1"); [ "$st" = ok ] && st=denied; echo "$st"; fi
+        return
+      fi
+      rm -f -- "$t"; broken=1; echo failed; return
+    fi
+    st=denied
+  fi
+  take "$2" > /dev/null || broken=1
+  echo "$st"
+}`;
+
+/** `get PATH`: prints a status line, then (for ok) the file as base64, then NUL; "later" once the batch holds ~64 MiB. */
+const GET_FN = `sent=0
+get() {
+  if [ -d "$1" ]; then echo isdir
+  elif [ ! -e "$1" ]; then echo missing
+  elif [ ! -f "$1" ]; then echo special
+  elif [ ! -r "$1" ]; then echo denied
+  else
+    s=$(($(wc -c < "$1")))
+    if [ "$s" -gt ${MAX_TRANSFER_BYTES} ]; then echo "toolarge $s ${MAX_TRANSFER_BYTES}"
+    elif [ "$sent" -gt 0 ] && [ $((sent + s)) -gt ${MAX_TRANSFER_BYTES} ]; then echo later
+    else sent=$((sent + s)); echo ok; base64 < "$1"; fi
+  fi
+  printf '\\000'
+}`;
+
+/**
+ * Run by `find -exec sh -c … {} +` once per batch of paths: prints the batch
+ * size, each path with its type (d/f) NUL-terminated, then `stat` lines
+ * ("size mtime path") for the paths stat could read, in the same order.
+ */
+const STAT_BATCH = `printf 'B%d\\n' "$#"
+for n do if [ -d "$n" ]; then printf 'd%s\\000' "$n"; else printf 'f%s\\000' "$n"; fi; done
+stat -L -c '%s %Y %n' -- "$@"
+:`;
+
+/** grep's per-file report: W<path>\0<base64 of the file>\0, or L<path>\0<base64 of grep -n lines>\0 for big files without NUL. */
+const GREP_EMIT = `emit() {
+  s=$(($(wc -c < "$1")))
+  if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then printf 'W%s\\000' "$1"; base64 < "$1"; printf '\\000'; return 0; fi
+  [ "$(($(tr -d '\\000' < "$1" | wc -c)))" -eq "$s" ] || return 0
+  printf 'L%s\\000' "$1"; grep -n -F -e "$STRATA_PATTERN" -- "$1" | base64; printf '\\000'
+}`;
+
+interface StatEntry {
+  name: string;
+  isDir: boolean;
+  size?: number;
+  mtime?: number;
+}
+
+/** Parses STAT_BATCH output. A path stat could not read (a dangling symlink, a race) keeps no size. */
+function parseStatBatches(payload: string): StatEntry[] {
+  const entries: StatEntry[] = [];
+  let at = 0;
+  while (payload.startsWith("B", at)) {
+    const headerEnd = payload.indexOf("\n", at);
+    const count = Number(payload.slice(at + 1, headerEnd));
+    at = headerEnd + 1;
+    const batch: StatEntry[] = [];
+    for (let i = 0; i < count; i++) {
+      const end = payload.indexOf("\0", at);
+      if (end === -1) return entries;
+      batch.push({ isDir: payload[at] === "d", name: payload.slice(at + 1, end) });
+      at = end + 1;
+    }
+    const statLine = /(\d+) (\d+) /y;
+    for (const entry of batch) {
+      statLine.lastIndex = at;
+      const match = statLine.exec(payload);
+      if (!match) continue;
+      const after = statLine.lastIndex;
+      if (!payload.startsWith(`${entry.name}\n`, after)) continue;
+      entry.size = Number(match[1]);
+      entry.mtime = Number(match[2]);
+      at = after + entry.name.length + 1;
+    }
+    entries.push(...batch);
+  }
+  return entries;
+}
+
+function fileInfo(path: string, entry: StatEntry): FileInfo {
+  const info: FileInfo = { path, is_dir: false };
+  if (entry.size !== undefined) info.size = entry.size;
+  if (entry.mtime !== undefined) info.modified_at = new Date(entry.mtime * 1000).toISOString();
+  return info;
+}
+
+/** `grep -n` output of a big file as matches; a line that is not UTF-8 makes the file binary (skipped). */
+function parseGrepLines(path: string, output: Uint8Array): GrepMatch[] {
+  const matches: GrepMatch[] = [];
+  let start = 0;
+  while (start < output.length) {
+    let end = output.indexOf(10, start);
+    if (end === -1) end = output.length;
+    const colon = output.indexOf(58, start);
+    const stop = end > start && output[end - 1] === 13 ? end - 1 : end;
+    const text = colon === -1 || colon > end ? null : decodeText(output.subarray(colon + 1, stop));
+    if (text === null) return [];
+    matches.push({ path, line: Number(new TextDecoder().decode(output.subarray(start, colon))), text });
+    start = end + 1;
+  }
+  return matches;
+}
+
+function fromBase64(text: string): Uint8Array {
+  return decodeBase64(text.replace(/\s+/g, ""));
+}
+
+/** A temporary file name beside the target: unique per call, since PIDs repeat across PID namespaces. */
+function tempName(): string {
+  return `.strata-tmp-${globalThis.crypto.randomUUID()}`;
+}
+
+/**
+ * Splits work into round trips: each under MAX_TRANSFER_BYTES of content
+ * and under ~96 KiB of script (Linux caps one argv string at 128 KiB).
+ */
+function batches<T>(items: readonly T[], size: (item: T) => number, pathLength: (item: T) => number): T[][] {
+  const result: T[][] = [];
+  let current: T[] = [];
+  let bytes = 0;
+  let script = 0;
+  for (const item of items) {
+    const itemScript = pathLength(item) * 4 + 96;
+    if (current.length > 0 && (bytes + size(item) > MAX_TRANSFER_BYTES || script + itemScript > 96 * 1024)) {
+      result.push(current);
+      current = [];
+      bytes = 0;
+      script = 0;
+    }
+    current.push(item);
+    bytes += size(item);
+    script += itemScript;
+  }
+  if (current.length > 0) result.push(current);
+  return result;
+}

@@ -1,0 +1,138 @@
+/**
+ * Runs one host process for a sandbox's `execute`: its own process group (so
+ * a timeout kills the whole tree), stdout and stderr combined in arrival
+ * order, output capped, stdin fed from bytes. Shared by LocalSandbox and
+ * BubblewrapSandbox; Node's execFile kills only the direct child and buffers
+ * without a head-keeping cap, hence this small runner.
+ */
+import { spawn } from "node:child_process";
+import { constants } from "node:os";
+import { StrataError, errors } from "../core/errors.js";
+import type { ExecuteResponse } from "../core/types.js";
+import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./base.js";
+
+/** Linux's limit on one argv string (MAX_ARG_STRLEN). */
+const MAX_ARG_BYTES = 128 * 1024;
+/** How long stdout/stderr may stay open after the command exits, held by a background child, before the group is killed. */
+const DRAIN_GRACE_MS = 100;
+
+export interface ProcessRun {
+  file: string;
+  args: readonly string[];
+  /** Host working directory of the process. */
+  cwd: string;
+  env: Record<string, string>;
+  stdin?: string | Uint8Array;
+  /** Seconds; undefined for no limit. */
+  timeout?: number;
+  maxOutputBytes: number;
+  /** Output past this many bytes kills the command: a producer of endless output is stopped, not drained forever. */
+  killAfterBytes: number;
+  onOutput?: (chunk: string) => void;
+  signal?: AbortSignal;
+}
+
+/** Validates a per-call timeout in seconds. */
+export function checkTimeout(timeout: number | undefined): void {
+  if (timeout !== undefined && (typeof timeout !== "number" || !(timeout > 0) || !Number.isFinite(timeout))) {
+    throw errors.invalidArgument(`timeout must be a positive number of seconds, got ${String(timeout)}`);
+  }
+}
+
+export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
+  for (const arg of run.args) {
+    if (Buffer.byteLength(arg) > MAX_ARG_BYTES) {
+      return Promise.reject(errors.invalidArgument(`the command is longer than ${MAX_ARG_BYTES} bytes; put it in a file and run that`));
+    }
+  }
+  if (run.signal?.aborted) return Promise.reject(run.signal.reason);
+  return new Promise((resolve, reject) => {
+    const child = spawn(run.file, run.args, { cwd: run.cwd, env: run.env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+    const output = new OutputCollector(run.maxOutputBytes, run.onOutput);
+    let timedOut = false;
+    let overflowed = false;
+    let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+    let openStreams = 2;
+    let settled = false;
+
+    const killGroup = () => {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, "SIGKILL");
+      } catch {
+        // Already gone.
+      }
+    };
+    const timer = run.timeout === undefined ? undefined : setTimeout(() => {
+      timedOut = true;
+      killGroup();
+    }, run.timeout * 1000);
+    let graceTimer: NodeJS.Timeout | undefined;
+    const onAbort = () => {
+      killGroup();
+      finish(() => reject(run.signal!.reason));
+    };
+    run.signal?.addEventListener("abort", onAbort, { once: true });
+
+    const finish = (settle: () => void) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      clearTimeout(graceTimer);
+      run.signal?.removeEventListener("abort", onAbort);
+      child.stdout.destroy();
+      child.stderr.destroy();
+      settle();
+    };
+    const maybeDone = () => {
+      if (!exit || openStreams > 0) return;
+      finish(() => {
+        let text = output.text();
+        let exitCode = exit!.code ?? (exit!.signal ? 128 + (constants.signals[exit!.signal] ?? 0) : null);
+        if (timedOut) {
+          text += timeoutMessage(run.timeout!);
+          exitCode = TIMEOUT_EXIT_CODE;
+        } else if (overflowed) {
+          text += `\n[Command killed: it wrote more than ${run.killAfterBytes} bytes of output]`;
+        }
+        resolve({ output: text, exitCode, truncated: output.truncated });
+      });
+    };
+    const collect = (source: string) => (chunk: Buffer) => {
+      output.push(chunk, source);
+      if (!overflowed && output.totalBytes > run.killAfterBytes) {
+        overflowed = true;
+        killGroup();
+      }
+    };
+    const streamClosed = () => {
+      openStreams--;
+      maybeDone();
+    };
+    child.stdout.on("data", collect("stdout")).on("close", streamClosed);
+    child.stderr.on("data", collect("stderr")).on("close", streamClosed);
+    child.on("error", (error: NodeJS.ErrnoException) => {
+      finish(() =>
+        reject(
+          error.code === "ENOENT"
+            ? new StrataError("unavailable", `Cannot start '${run.file}': it is not installed`, { cause: error })
+            : new StrataError("io_error", `Cannot start '${run.file}': ${error.code ?? "error"}`, { cause: error }),
+        ),
+      );
+    });
+    child.on("exit", (code, signal) => {
+      exit = { code, signal };
+      // A background child may still hold the output pipes open; past the grace period its group is killed.
+      graceTimer = setTimeout(() => {
+        killGroup();
+        openStreams = 0;
+        maybeDone();
+      }, DRAIN_GRACE_MS);
+      maybeDone();
+    });
+
+    // The command may exit without reading its input; a broken pipe is not an error.
+    child.stdin.on("error", () => undefined);
+    if (run.stdin !== undefined && run.stdin.length > 0) child.stdin.end(run.stdin);
+    else child.stdin.end();
+  });
+}

@@ -1,0 +1,211 @@
+import { fileDataText } from "../core/filedata.js";
+import { joinPath } from "../core/paths.js";
+import { DirectoryIndex } from "../core/tree.js";
+import type { FileData } from "../core/types.js";
+import { DEFAULT_MAX_VALUE_SIZE } from "./records.js";
+import {
+  checkValueSize,
+  describeKey,
+  namespaceKey,
+  storeClosed,
+  validateKey,
+  validateValue,
+  versionConflict,
+  versionMatches,
+  type DirectoryListing,
+  type ListOptions,
+  type ListPage,
+  type Namespace,
+  type PutOptions,
+  type Store,
+  type StoredItem,
+  type StoredKey,
+} from "./store.js";
+
+const DEFAULT_PAGE = 1000;
+const MAX_PAGE = 10_000;
+
+/** One namespace's records, with the directory index and key order kept up to date. */
+class Space {
+  readonly items = new Map<string, StoredItem>();
+  readonly tree = new DirectoryIndex();
+  /** Keys in code-unit order, maintained by binary insertion so listings never re-sort. */
+  readonly sorted: string[] = [];
+
+  set(item: StoredItem): void {
+    if (!this.items.has(item.key)) {
+      this.sorted.splice(lowerBound(this.sorted, item.key), 0, item.key);
+      this.tree.addFile(item.key);
+    }
+    this.items.set(item.key, item);
+  }
+
+  remove(key: string): boolean {
+    if (!this.items.delete(key)) return false;
+    this.sorted.splice(lowerBound(this.sorted, key), 1);
+    this.tree.removeFile(key);
+    return true;
+  }
+
+  /** Keys starting with `prefix`, from the first one greater than `after`. */
+  *keys(prefix: string, after?: string): Generator<string> {
+    const from = after !== undefined && after >= prefix ? upperBound(this.sorted, after) : lowerBound(this.sorted, prefix);
+    for (let i = from; i < this.sorted.length && this.sorted[i]!.startsWith(prefix); i++) yield this.sorted[i]!;
+  }
+}
+
+export interface MemoryStoreOptions {
+  /** Largest value, in bytes, a put accepts (default 64 MiB); larger ones fail with `too_large`. */
+  maxValueSize?: number;
+}
+
+/**
+ * Records in a Map: the store for tests, browsers and short-lived agents.
+ * Pure TypeScript (no `node:` imports). Values are copied in and out, so a
+ * caller mutating a record cannot change what is stored.
+ */
+export class MemoryStore implements Store {
+  private readonly spaces = new Map<string, Space>();
+  private version = 0;
+  private closed = false;
+  private readonly maxValueSize: number;
+
+  constructor(options: MemoryStoreOptions = {}) {
+    this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
+  }
+
+  async get(namespace: Namespace, key: string): Promise<StoredItem | undefined> {
+    const item = this.space(namespace, false)?.items.get(checkedKey(key));
+    return item && copyItem(item);
+  }
+
+  async put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    const space = this.space(namespace, true);
+    const current = space.items.get(checkedKey(key));
+    this.checkValue(key, value);
+    if (!versionMatches(options.expectedVersion, current?.version)) throw versionConflict(key, options.expectedVersion ?? null, current?.version);
+    space.set({ key, value: structuredClone(value), version: ++this.version });
+    return this.version;
+  }
+
+  async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    const space = this.space(namespace, true);
+    for (const [key, value] of entries) {
+      // All or nothing: validate everything before the first write.
+      checkedKey(key);
+      this.checkValue(key, value);
+    }
+    return entries.map(([key, value]) => {
+      space.set({ key, value: structuredClone(value), version: ++this.version });
+      return this.version;
+    });
+  }
+
+  async delete(namespace: Namespace, key: string, options: PutOptions = {}): Promise<boolean> {
+    const space = this.space(namespace, false);
+    const current = space?.items.get(checkedKey(key));
+    if (!versionMatches(options.expectedVersion, current?.version)) throw versionConflict(key, options.expectedVersion ?? null, current?.version);
+    return space?.remove(key) ?? false;
+  }
+
+  async deleteTree(namespace: Namespace, dir: string): Promise<string[]> {
+    const space = this.space(namespace, false);
+    if (!space) return [];
+    const removed = [...space.keys(treePrefix(checkedKey(dir)))];
+    for (const key of removed) space.remove(key);
+    return removed;
+  }
+
+  async list(namespace: Namespace, options: ListOptions = {}): Promise<ListPage> {
+    const space = this.space(namespace, false);
+    const limit = Math.min(Math.max(1, options.limit ?? DEFAULT_PAGE), MAX_PAGE);
+    const items: StoredKey[] = [];
+    if (!space) return { items };
+    for (const key of space.keys(options.prefix ?? "", options.after)) {
+      if (items.length === limit) return { items, next: items[items.length - 1]!.key };
+      items.push(describe(space.items.get(key)!));
+    }
+    return { items };
+  }
+
+  async listDirectory(namespace: Namespace, dir: string): Promise<DirectoryListing> {
+    const space = this.space(namespace, false);
+    const listing: DirectoryListing = { files: [], dirs: [] };
+    if (!space) return listing;
+    for (const name of space.tree.list(checkedKey(dir))) {
+      const item = space.items.get(joinPath(dir, name));
+      if (item) listing.files.push(describe(item));
+      else listing.dirs.push(name);
+    }
+    return listing;
+  }
+
+  async *search(namespace: Namespace, substring: string, prefix: string): AsyncIterable<StoredItem> {
+    const space = this.space(namespace, false);
+    if (!space) return;
+    for (const key of [...space.keys(prefix)]) {
+      const item = space.items.get(key);
+      if (item && fileDataText(item.value)?.includes(substring)) yield copyItem(item);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.spaces.clear();
+  }
+
+  private checkValue(key: string, value: FileData): void {
+    validateValue(value);
+    checkValueSize(key, value, this.maxValueSize);
+  }
+
+  private space(namespace: Namespace, create: true): Space;
+  private space(namespace: Namespace, create: boolean): Space | undefined;
+  private space(namespace: Namespace, create: boolean): Space | undefined {
+    if (this.closed) throw storeClosed();
+    const id = namespaceKey(namespace);
+    let space = this.spaces.get(id);
+    if (!space && create) this.spaces.set(id, (space = new Space()));
+    return space;
+  }
+}
+
+function checkedKey(key: string): string {
+  validateKey(key);
+  return key;
+}
+
+/** What every key under `dir` starts with. */
+function treePrefix(dir: string): string {
+  return dir === "/" ? "/" : `${dir}/`;
+}
+
+function describe(item: StoredItem): StoredKey {
+  return describeKey(item.key, item.value, item.version);
+}
+
+function copyItem(item: StoredItem): StoredItem {
+  return { key: item.key, value: structuredClone(item.value), version: item.version };
+}
+
+function lowerBound(sorted: readonly string[], key: string): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted[mid]! < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+function upperBound(sorted: readonly string[], key: string): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (sorted[mid]! <= key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}

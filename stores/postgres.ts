@@ -1,0 +1,491 @@
+import pg from "pg";
+import type { Pool, PoolClient, QueryResultRow } from "pg";
+import { errors, StrataError } from "../core/errors.js";
+import { encodeText } from "../core/filedata.js";
+import type { FileData } from "../core/types.js";
+import {
+  checkEngineKey,
+  DEFAULT_MAX_VALUE_SIZE,
+  fromEngineRecord,
+  searchableNeedle,
+  splitKey,
+  toEngineRecord,
+  treePrefix,
+  type EngineRecord,
+} from "./records.js";
+import {
+  namespaceKey,
+  prefixEnd,
+  storeClosed,
+  versionConflict,
+  versionMatches,
+  type DirectoryListing,
+  type ListOptions,
+  type ListPage,
+  type Namespace,
+  type PutOptions,
+  type Store,
+  type StoredItem,
+  type StoredKey,
+} from "./store.js";
+
+export interface PostgresStoreOptions {
+  /** `postgres://user@host:port/db`; the store opens (and closes) a pool of its own. */
+  connectionString?: string;
+  /** A pool owned by the caller; `close()` leaves it open. */
+  pool?: Pool;
+  /** Schema of the table, created when missing (default `public`). */
+  schema?: string;
+  /** Table name (default `strata_files`); its indexes and sequence are named after it. */
+  table?: string;
+  /** Largest value in bytes (default 64 MiB); larger puts fail with `too_large`. */
+  maxValueSize?: number;
+  /** Longest a statement may run, server side (default 30 s); the client gives up 5 s later. */
+  statementTimeoutMs?: number;
+  /** Longest to wait for a connection (default 5 s). */
+  connectTimeoutMs?: number;
+  /** Connections in the store's own pool (default 10). */
+  maxConnections?: number;
+}
+
+const DEFAULT_PAGE = 1000;
+const MAX_PAGE = 10_000;
+/** PostgreSQL cannot index a btree entry over ~2700 bytes; namespace plus key stay under this. */
+const MAX_INDEXED_BYTES = 2400;
+/** Rows per INSERT in putMany, and bytes of content per INSERT, to bound statement size. */
+const BATCH_ROWS = 500;
+const BATCH_BYTES = 8 * 1024 * 1024;
+/** Candidates fetched per round trip while searching. */
+const SEARCH_BATCH = 100;
+
+/** Loopback-safe identifiers only, short enough that derived index names fit in 63 bytes. */
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,47}$/;
+
+interface KeyRow {
+  key: string;
+  version: string;
+  size: string;
+  modified_at: string;
+}
+
+interface ItemRow {
+  key: string;
+  version: string;
+  encoding: EngineRecord["encoding"];
+  content: string;
+  original: string | null;
+  size: string;
+  created_at: string;
+  modified_at: string;
+}
+
+/**
+ * Files in one PostgreSQL table, created on first use. Each row is one file:
+ * its namespace and key (both `COLLATE "C"`, so key order is byte order, which
+ * is code-point order: the same as JavaScript's for every character below
+ * U+E000), its directory (`dir`, with the trailing `/`), and a version from a
+ * sequence, so a version is never reused even after a delete.
+ *
+ * Work happens in the server: `list` and `deleteTree` are key-range scans of
+ * the primary key; `listDirectory` reads the directory's files through the
+ * `(ns, dir)` index and finds its subdirectories by a loose index scan over
+ * the same index (one probe per subdirectory, never the subtree's files);
+ * `search` narrows candidates with a pg_trgm GIN index on the text. Every
+ * compare-and-set is one conditional statement; `putMany` is one transaction.
+ */
+export class PostgresStore implements Store {
+  private readonly pool: Pool;
+  private readonly ownsPool: boolean;
+  private readonly table: string;
+  private readonly sequence: string;
+  /** The SQL that draws the next version (identifiers are validated, so inlining is safe). */
+  private readonly nextVersion: string;
+  private readonly maxValueSize: number;
+  private schemaReady: Promise<void> | undefined;
+  private closed = false;
+
+  constructor(private readonly options: PostgresStoreOptions) {
+    const schema = options.schema ?? "public";
+    const table = options.table ?? "strata_files";
+    for (const name of [schema, table]) {
+      if (!IDENTIFIER.test(name)) throw errors.invalidArgument(`PostgreSQL schema and table names must match ${IDENTIFIER.source}`);
+    }
+    this.table = `${pg.escapeIdentifier(schema)}.${pg.escapeIdentifier(table)}`;
+    this.sequence = `${pg.escapeIdentifier(schema)}.${pg.escapeIdentifier(`${table}_version`)}`;
+    this.nextVersion = `nextval('${this.sequence.replace(/'/g, "''")}'::regclass)`;
+    this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
+    if (options.pool) {
+      this.pool = options.pool;
+      this.ownsPool = false;
+    } else {
+      if (!options.connectionString) throw errors.invalidArgument("PostgresStore needs a connectionString or a pool");
+      const statementTimeout = options.statementTimeoutMs ?? 30_000;
+      this.pool = new pg.Pool({
+        connectionString: options.connectionString,
+        max: options.maxConnections ?? 10,
+        connectionTimeoutMillis: options.connectTimeoutMs ?? 5_000,
+        statement_timeout: statementTimeout,
+        // A server that stops answering (not merely refusing) would otherwise hang the caller.
+        query_timeout: statementTimeout + 5_000,
+        idle_in_transaction_session_timeout: statementTimeout + 10_000,
+        idleTimeoutMillis: 10_000,
+        keepAlive: true,
+      });
+      this.ownsPool = true;
+      // An idle connection dropped by a server restart is reported here; the pool
+      // discards it and the next query connects afresh.
+      this.pool.on("error", () => {});
+    }
+  }
+
+  /** The pool underneath, for callers who need the engine directly. */
+  getInstance(): Pool {
+    return this.pool;
+  }
+
+  async get(namespace: Namespace, key: string): Promise<StoredItem | undefined> {
+    const ns = namespaceKey(namespace);
+    checkEngineKey(key);
+    const { rows } = await this.query<ItemRow>(`SELECT ${ITEM_COLUMNS} FROM ${this.table} WHERE ns = $1 AND key = $2`, [ns, key]);
+    return rows[0] && toItem(rows[0]);
+  }
+
+  async put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    const ns = namespaceKey(namespace);
+    const record = toEngineRecord(this.checkKey(ns, key), value, this.maxValueSize);
+    const { dir } = splitKey(key);
+    const fields = [ns, key, dir, record.encoding, record.content, record.original, record.size, record.created_at, record.modified_at];
+    const expected = options.expectedVersion;
+    let sql: string;
+    if (expected === undefined) {
+      sql = `${this.insertRow(`VALUES ($1, $2, $3, ${this.nextVersion}, $4, $5, $6, $7, $8, $9)`)} ON CONFLICT (ns, key) DO UPDATE SET ${UPSERT} RETURNING version`;
+    } else if (expected === null) {
+      sql = `${this.insertRow(`VALUES ($1, $2, $3, ${this.nextVersion}, $4, $5, $6, $7, $8, $9)`)} ON CONFLICT (ns, key) DO NOTHING RETURNING version`;
+    } else {
+      // dir = $3 always holds (dir derives from key); it only gives $3 a use.
+      sql = `UPDATE ${this.table} SET version = ${this.nextVersion}, encoding = $4, content = $5, original = $6, size = $7, created_at = $8,
+             modified_at = $9 WHERE ns = $1 AND key = $2 AND dir = $3 AND version = $10 RETURNING version`;
+    }
+    const params: unknown[] = typeof expected === "number" ? [...fields, expected] : fields;
+    const { rows } = await this.query<{ version: string }>(sql, params);
+    if (rows[0]) return Number(rows[0].version);
+    throw versionConflict(key, expected ?? null, (await this.get(namespace, key))?.version);
+  }
+
+  async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    const ns = namespaceKey(namespace);
+    // The last value for a key wins, as if the puts ran in order; sorting by key
+    // makes concurrent putMany calls lock rows in one order, so they never deadlock.
+    const latest = new Map<string, EngineRecord>();
+    for (const [key, value] of entries) latest.set(key, toEngineRecord(this.checkKey(ns, key), value, this.maxValueSize));
+    const keys = [...latest.keys()].sort(byCodePoint);
+    const versions = new Map<string, number>();
+    if (keys.length > 0) {
+      await this.transaction(async (client) => {
+        for (let start = 0; start < keys.length; ) {
+          let end = start;
+          for (let bytes = 0; end < keys.length && end - start < BATCH_ROWS && bytes < BATCH_BYTES; end++) {
+            bytes += latest.get(keys[end]!)!.content.length;
+          }
+          const batch = keys.slice(start, end);
+          const records = batch.map((key) => latest.get(key)!);
+          const { rows } = await client.query<{ key: string; version: string }>(
+            `${this.insertRow(
+              `SELECT $1, k, d, ${this.nextVersion}, e, c, o, s, ca, ma
+               FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::text[]) AS u(k, d, e, c, o, s, ca, ma)`,
+            )} ON CONFLICT (ns, key) DO UPDATE SET ${UPSERT} RETURNING key, version`,
+            [
+              ns,
+              batch,
+              batch.map((key) => splitKey(key).dir),
+              records.map((r) => r.encoding),
+              records.map((r) => r.content),
+              records.map((r) => r.original),
+              records.map((r) => r.size),
+              records.map((r) => r.created_at),
+              records.map((r) => r.modified_at),
+            ],
+          );
+          for (const row of rows) versions.set(row.key, Number(row.version));
+          start = end;
+        }
+      });
+    }
+    return entries.map(([key]) => versions.get(key)!);
+  }
+
+  async delete(namespace: Namespace, key: string, options: PutOptions = {}): Promise<boolean> {
+    const ns = namespaceKey(namespace);
+    checkEngineKey(key);
+    const expected = options.expectedVersion;
+    if (expected === null) {
+      const current = await this.get(namespace, key);
+      if (current) throw versionConflict(key, null, current.version);
+      return false;
+    }
+    const { rowCount } = await this.query(
+      `DELETE FROM ${this.table} WHERE ns = $1 AND key = $2${expected === undefined ? "" : " AND version = $3"}`,
+      expected === undefined ? [ns, key] : [ns, key, expected],
+    );
+    if (rowCount) return true;
+    if (expected === undefined) return false;
+    const current = await this.get(namespace, key);
+    if (!versionMatches(expected, current?.version)) throw versionConflict(key, expected, current?.version);
+    return false;
+  }
+
+  async deleteTree(namespace: Namespace, dir: string): Promise<string[]> {
+    const ns = namespaceKey(namespace);
+    const range = keyRange(treePrefix(checkEngineKey(dir)));
+    const { rows } = await this.query<{ key: string }>(
+      `DELETE FROM ${this.table} WHERE ns = $1 AND key >= $2${range.end === undefined ? "" : " AND key < $3"} RETURNING key`,
+      range.end === undefined ? [ns, range.start] : [ns, range.start, range.end],
+    );
+    return rows.map((row) => row.key).sort(byCodePoint);
+  }
+
+  async list(namespace: Namespace, options: ListOptions = {}): Promise<ListPage> {
+    const ns = namespaceKey(namespace);
+    const limit = Number.isFinite(options.limit) ? Math.min(Math.max(1, Math.floor(options.limit!)), MAX_PAGE) : DEFAULT_PAGE;
+    const params: unknown[] = [ns];
+    const where = ["ns = $1"];
+    const range = keyRange(options.prefix ?? "");
+    if (range.start !== "") where.push(`key >= $${params.push(range.start)}`);
+    if (range.end !== undefined) where.push(`key < $${params.push(range.end)}`);
+    if (options.after !== undefined) where.push(`key > $${params.push(options.after)}`);
+    const { rows } = await this.query<KeyRow>(
+      `SELECT ${KEY_COLUMNS} FROM ${this.table} WHERE ${where.join(" AND ")} ORDER BY key LIMIT $${params.push(limit + 1)}`,
+      params,
+    );
+    const items = rows.slice(0, limit).map(toKey);
+    return rows.length > limit ? { items, next: items[items.length - 1]!.key } : { items };
+  }
+
+  async listDirectory(namespace: Namespace, dir: string): Promise<DirectoryListing> {
+    const ns = namespaceKey(namespace);
+    const prefix = treePrefix(checkEngineKey(dir));
+    const end = prefixEnd(prefix)!; // a prefix ending in "/" always has one
+    // Files: the directory's own rows. Subdirectories: a loose index scan over
+    // (ns, dir). All dirs below `prefix` sort together per child name (they
+    // share `prefix + name + "/"`), so after finding one, jumping to
+    // `prefix + name + "0"` ("0" follows "/") skips that child's whole subtree.
+    const { rows } = await this.query<KeyRow & { is_dir: boolean }>(
+      `WITH RECURSIVE sub(dir) AS (
+         (SELECT dir FROM ${this.table} WHERE ns = $1::text AND dir > $2::text AND dir < $3::text ORDER BY dir LIMIT 1)
+         UNION ALL
+         SELECT (SELECT t.dir FROM ${this.table} t
+                 WHERE t.ns = $1 AND t.dir >= $2 || split_part(substr(sub.dir, length($2) + 1), '/', 1) || '0' AND t.dir < $3
+                 ORDER BY t.dir LIMIT 1)
+         FROM sub WHERE sub.dir IS NOT NULL
+       )
+       SELECT split_part(substr(dir, length($2) + 1), '/', 1) AS key, NULL AS version, NULL AS size, NULL AS modified_at, true AS is_dir
+       FROM sub WHERE dir IS NOT NULL
+       UNION ALL
+       SELECT ${KEY_COLUMNS}, false FROM ${this.table} WHERE ns = $1 AND dir = $2`,
+      [ns, prefix, end],
+    );
+    const listing: DirectoryListing = { files: [], dirs: [] };
+    for (const row of rows) {
+      if (row.is_dir) listing.dirs.push(row.key);
+      else listing.files.push(toKey(row));
+    }
+    return listing;
+  }
+
+  async *search(namespace: Namespace, substring: string, prefix: string): AsyncIterable<StoredItem> {
+    const ns = namespaceKey(namespace);
+    if (typeof substring !== "string" || typeof prefix !== "string") throw errors.invalidArgument("search needs a substring and a prefix");
+    const params: unknown[] = [ns];
+    const where = ["ns = $1", "encoding <> 'base64'"];
+    const range = keyRange(prefix);
+    if (range.start !== "") where.push(`key >= $${params.push(range.start)}`);
+    if (range.end !== undefined) where.push(`key < $${params.push(range.end)}`);
+    const needle = searchableNeedle(substring);
+    if (needle !== undefined && needle !== "") where.push(`content LIKE $${params.push(`%${escapeLike(needle)}%`)}`);
+    // Keys first (the trigram index answers without reading content), then the
+    // candidates' records a batch at a time, so memory stays bounded.
+    const { rows } = await this.query<{ key: string }>(`SELECT key FROM ${this.table} WHERE ${where.join(" AND ")} ORDER BY key`, params);
+    for (let start = 0; start < rows.length; start += SEARCH_BATCH) {
+      const batch = rows.slice(start, start + SEARCH_BATCH).map((row) => row.key);
+      const found = await this.query<ItemRow>(
+        `SELECT ${ITEM_COLUMNS} FROM ${this.table} WHERE ns = $1 AND key = ANY($2::text[]) ORDER BY key`,
+        [ns, batch],
+      );
+      for (const row of found.rows) yield toItem(row);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.ownsPool) await this.pool.end();
+  }
+
+  /** Namespace plus key must fit in a btree entry; a longer key could never be stored. */
+  private checkKey(ns: string, key: string): string {
+    checkEngineKey(key);
+    const bytes = encodeText(ns).length + encodeText(key).length;
+    if (bytes > MAX_INDEXED_BYTES) throw errors.invalidPath(key, `path is too long for the PostgreSQL store (${bytes} bytes with its namespace; the limit is ${MAX_INDEXED_BYTES})`);
+    return key;
+  }
+
+  private insertRow(source: string): string {
+    return `INSERT INTO ${this.table} AS t (ns, key, dir, version, encoding, content, original, size, created_at, modified_at) ${source}`;
+  }
+
+  private query<R extends QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
+    return this.withSchema(() => this.pool.query<R>(sql, params));
+  }
+
+  private transaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
+    return this.withSchema(async () => {
+      const client = await this.pool.connect();
+      // A connection lost while checked out is reported through the failing query;
+      // without a listener the client's 'error' event would crash the process.
+      const ignore = () => {};
+      client.on("error", ignore);
+      let lost = false;
+      try {
+        await client.query("BEGIN");
+        const result = await work(client);
+        await client.query("COMMIT");
+        return result;
+      } catch (error) {
+        lost = storeError(error).code === "unavailable";
+        if (!lost) await client.query("ROLLBACK").catch(() => {});
+        throw error;
+      } finally {
+        client.off("error", ignore);
+        client.release(lost);
+      }
+    });
+  }
+
+  /**
+   * Runs `work` once the schema exists, mapping failures to typed errors. A
+   * table dropped behind the store's back (undefined_table) is recreated and
+   * the work retried once.
+   */
+  private async withSchema<T>(work: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      await this.ready();
+      try {
+        return await work();
+      } catch (error) {
+        if ((error as { code?: unknown })?.code !== "42P01" || attempt > 1) throw storeError(error);
+        this.schemaReady = undefined;
+      }
+    }
+  }
+
+  /** Creates the table, its indexes and sequence once; a failure is retried on the next call. */
+  private ready(): Promise<void> {
+    if (this.closed) return Promise.reject(storeClosed());
+    this.schemaReady ??= this.createSchema().catch((error: unknown) => {
+      this.schemaReady = undefined;
+      throw storeError(error);
+    });
+    return this.schemaReady;
+  }
+
+  private async createSchema(): Promise<void> {
+    const schema = this.options.schema ?? "public";
+    const table = this.options.table ?? "strata_files";
+    const name = (suffix: string) => `${pg.escapeIdentifier(schema)}.${pg.escapeIdentifier(`${table}${suffix}`)}`;
+    const { rows } = await this.pool.query<{ ready: boolean }>(
+      `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AS ready`,
+      [name(""), name("_dir"), name("_version")],
+    );
+    if (rows[0]?.ready) return;
+    const client = await this.pool.connect();
+    const ignore = () => {};
+    client.on("error", ignore);
+    try {
+      await client.query("BEGIN");
+      // Stores starting together on a fresh database would race on CREATE ... IF NOT EXISTS.
+      await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`strata:${schema}.${table}`]);
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(schema)}`);
+      await client.query(`CREATE TABLE IF NOT EXISTS ${this.table} (
+        ns text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        dir text COLLATE "C" NOT NULL,
+        version bigint NOT NULL,
+        encoding text NOT NULL,
+        content text NOT NULL,
+        original text,
+        size bigint NOT NULL,
+        created_at text NOT NULL,
+        modified_at text NOT NULL,
+        PRIMARY KEY (ns, key))`);
+      await client.query(`CREATE INDEX IF NOT EXISTS ${pg.escapeIdentifier(`${table}_dir`)} ON ${this.table} (ns, dir)`);
+      await client.query(`CREATE SEQUENCE IF NOT EXISTS ${this.sequence}`);
+      // Without pg_trgm (no privilege to create it) search still works, by scanning.
+      await client.query("SAVEPOINT trigram");
+      try {
+        await client.query("CREATE EXTENSION IF NOT EXISTS pg_trgm");
+        await client.query(
+          `CREATE INDEX IF NOT EXISTS ${pg.escapeIdentifier(`${table}_trgm`)} ON ${this.table} USING gin (content gin_trgm_ops) WHERE encoding <> 'base64'`,
+        );
+        await client.query("RELEASE SAVEPOINT trigram");
+      } catch (error) {
+        if (storeError(error).code === "unavailable") throw error;
+        await client.query("ROLLBACK TO SAVEPOINT trigram");
+      }
+      await client.query("COMMIT");
+    } catch (error) {
+      await client.query("ROLLBACK").catch(() => {});
+      throw error;
+    } finally {
+      client.off("error", ignore);
+      client.release();
+    }
+  }
+}
+
+const KEY_COLUMNS = "key, version, size, modified_at";
+const ITEM_COLUMNS = "key, version, encoding, content, original, size, created_at, modified_at";
+const UPSERT = `version = EXCLUDED.version, encoding = EXCLUDED.encoding, content = EXCLUDED.content, original = EXCLUDED.original,
+  size = EXCLUDED.size, created_at = EXCLUDED.created_at, modified_at = EXCLUDED.modified_at`;
+
+function toKey(row: KeyRow): StoredKey {
+  return { key: row.key, version: Number(row.version), size: Number(row.size), modified_at: row.modified_at };
+}
+
+function toItem(row: ItemRow): StoredItem {
+  return { key: row.key, value: fromEngineRecord({ ...row, size: Number(row.size) }), version: Number(row.version) };
+}
+
+/** Keys starting with `prefix` are exactly those in [start, end); no end when none exists. */
+function keyRange(prefix: string): { start: string; end: string | undefined } {
+  return { start: prefix, end: prefix === "" ? undefined : prefixEnd(prefix) };
+}
+
+function escapeLike(text: string): string {
+  return text.replace(/[\\%_]/g, "\\$&");
+}
+
+/** Code-point order, the order of a `COLLATE "C"` column. */
+function byCodePoint(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a), Buffer.from(b));
+}
+
+/** SQLSTATE classes and socket errors that mean the server cannot be reached. */
+const UNREACHABLE_CODES = new Set(["57P01", "57P02", "57P03", "53300", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENOTFOUND", "ENOENT"]);
+const UNREACHABLE_MESSAGES = /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Connection terminated unexpectedly|Client has encountered a connection error|Client was closed|Cannot use a pool after calling end/i;
+
+/**
+ * A typed error for any failure. Messages never repeat the driver's text,
+ * which can name socket paths; the original error is kept as `cause`.
+ */
+function storeError(error: unknown): StrataError {
+  if (error instanceof StrataError) return error;
+  const code = typeof (error as { code?: unknown })?.code === "string" ? (error as { code: string }).code : undefined;
+  const message = error instanceof Error ? error.message : "";
+  if (code === "57014") return new StrataError("timeout", "PostgreSQL cancelled a statement that ran past the statement timeout", { cause: error });
+  if ((code !== undefined && (code.startsWith("08") || UNREACHABLE_CODES.has(code))) || UNREACHABLE_MESSAGES.test(message)) {
+    return new StrataError("unavailable", `PostgreSQL is unavailable (${code ?? "connection lost or timed out"}); the store reconnects on the next call`, { cause: error });
+  }
+  if (code === "54000") return new StrataError("invalid_argument", "PostgreSQL rejected a value over its size limits", { cause: error });
+  if (code?.startsWith("22")) return new StrataError("invalid_argument", `PostgreSQL rejected a value (SQLSTATE ${code})`, { cause: error });
+  return new StrataError("io_error", `PostgreSQL failed${code ? ` (SQLSTATE ${code})` : ""}`, { cause: error });
+}

@@ -1,0 +1,417 @@
+import { createHash } from "node:crypto";
+import { Redis } from "ioredis";
+import { errors, StrataError } from "../core/errors.js";
+import type { FileData } from "../core/types.js";
+import {
+  checkEngineKey,
+  DEFAULT_MAX_VALUE_SIZE,
+  fromEngineRecord,
+  searchableNeedle,
+  toEngineRecord,
+  treePrefix,
+  type EngineRecord,
+} from "./records.js";
+import {
+  namespaceKey,
+  prefixEnd,
+  storeClosed,
+  versionConflict,
+  type DirectoryListing,
+  type ListOptions,
+  type ListPage,
+  type Namespace,
+  type PutOptions,
+  type Store,
+  type StoredItem,
+  type StoredKey,
+} from "./store.js";
+
+export interface RedisStoreOptions {
+  /** `redis://host:port/db`; the store opens (and closes) a client of its own. */
+  url?: string;
+  /** A client owned by the caller; `close()` leaves it open. */
+  client?: Redis;
+  /** Prepended to every Redis key (default `strata:`). */
+  keyPrefix?: string;
+  /** Largest value in bytes (default 64 MiB); larger puts fail with `too_large`. */
+  maxValueSize?: number;
+  /** Longest to wait for a reply before reporting the server unavailable (default 30 s). */
+  commandTimeoutMs?: number;
+  /** Longest to wait for a connection (default 5 s). */
+  connectTimeoutMs?: number;
+}
+
+const DEFAULT_PAGE = 1000;
+const MAX_PAGE = 10_000;
+/** Keys examined per script call while searching: bounds how long one call blocks the server. */
+const SEARCH_BATCH = 256;
+/** Keys removed per script call by deleteTree. */
+const DELETE_BATCH = 2000;
+
+/**
+ * Shared by every script. ARGV[1] is the namespace's key base. Each file key
+ * is indexed three ways: in the namespace's sorted set of keys (`k`, for
+ * ranges); in its directory's hash of files (`d:<dir>`: name -> "version size
+ * modified_at", so a listing is one HGETALL); and, for every ancestor, as a
+ * count of files under each child directory (`c:<dir>`: name -> count), so a
+ * directory lists its subdirectories without reading their files.
+ */
+const PRELUDE = `
+local B = ARGV[1]
+local function each_ancestor(key, visit)
+  local pos = 1
+  while true do
+    local slash = string.find(key, "/", pos + 1, true)
+    if not slash then return end
+    visit(string.sub(key, 1, pos), string.sub(key, pos + 1, slash - 1))
+    pos = slash
+  end
+end
+local function split(key)
+  return string.match(key, "^(.*/)([^/]*)$")
+end
+local function index_new_key(key)
+  redis.call("ZADD", B .. "k", 0, key)
+  each_ancestor(key, function(dir, name) redis.call("HINCRBY", B .. "c:" .. dir, name, 1) end)
+end
+local function unindex_key(key)
+  redis.call("ZREM", B .. "k", key)
+  local dir, name = split(key)
+  redis.call("HDEL", B .. "d:" .. dir, name)
+  each_ancestor(key, function(dir, name)
+    if redis.call("HINCRBY", B .. "c:" .. dir, name, -1) <= 0 then redis.call("HDEL", B .. "c:" .. dir, name) end
+  end)
+end
+local function check(key, mode, expected)
+  if mode == "any" then return nil end
+  local current = redis.call("HGET", B .. "f:" .. key, "v")
+  if (mode == "absent" and current) or (mode == "version" and current ~= expected) then
+    return redis.error_reply("STRATA_CONFLICT " .. (current or ""))
+  end
+  return nil
+end
+`;
+
+/** ARGV: base, mode, expected, then 7 fields per entry: key, content, encoding, created, modified, size, original. */
+const PUT = `${PRELUDE}
+local failed = check(ARGV[4], ARGV[2], ARGV[3])
+if failed then return failed end
+local versions = {}
+for i = 4, #ARGV, 7 do
+  local key = ARGV[i]
+  local f = B .. "f:" .. key
+  local existed = redis.call("EXISTS", f) == 1
+  local v = redis.call("INCR", B .. "seq")
+  redis.call("HSET", f, "v", v, "c", ARGV[i + 1], "e", ARGV[i + 2], "ca", ARGV[i + 3], "ma", ARGV[i + 4], "s", ARGV[i + 5])
+  if ARGV[i + 6] == "" then redis.call("HDEL", f, "j") else redis.call("HSET", f, "j", ARGV[i + 6]) end
+  local dir, name = split(key)
+  redis.call("HSET", B .. "d:" .. dir, name, v .. " " .. ARGV[i + 5] .. " " .. ARGV[i + 4])
+  if not existed then index_new_key(key) end
+  versions[#versions + 1] = v
+end
+return versions`;
+
+/** ARGV: base, key, mode, expected. */
+const DELETE = `${PRELUDE}
+local failed = check(ARGV[2], ARGV[3], ARGV[4])
+if failed then return failed end
+if redis.call("DEL", B .. "f:" .. ARGV[2]) == 0 then return 0 end
+unindex_key(ARGV[2])
+return 1`;
+
+/** ARGV: base, min, max (ZRANGEBYLEX bounds), limit. */
+const DELETE_TREE = `${PRELUDE}
+local keys = redis.call("ZRANGEBYLEX", B .. "k", ARGV[2], ARGV[3], "LIMIT", 0, tonumber(ARGV[4]))
+for _, key in ipairs(keys) do
+  redis.call("DEL", B .. "f:" .. key)
+  unindex_key(key)
+end
+return keys`;
+
+/** ARGV: base, min, max, limit. Returns key, version, size, modified per key. */
+const LIST = `${PRELUDE}
+local out = {}
+for _, key in ipairs(redis.call("ZRANGEBYLEX", B .. "k", ARGV[2], ARGV[3], "LIMIT", 0, tonumber(ARGV[4]))) do
+  local m = redis.call("HMGET", B .. "f:" .. key, "v", "s", "ma")
+  out[#out + 1] = key; out[#out + 1] = m[1] or "0"; out[#out + 1] = m[2] or "0"; out[#out + 1] = m[3] or ""
+end
+return out`;
+
+/** ARGV: base, directory prefix. Returns the files (name, "version size modified" pairs) and the subdirectory names. */
+const LIST_DIRECTORY = `
+return { redis.call("HGETALL", ARGV[1] .. "d:" .. ARGV[2]), redis.call("HKEYS", ARGV[1] .. "c:" .. ARGV[2]) }`;
+
+/**
+ * ARGV: base, min, max, batch, needle ("" = every text). Returns the last key
+ * examined, then 7 fields per text record containing the needle (a plain
+ * find, no patterns): key, version, content, encoding, created, modified, original.
+ */
+const SEARCH = `${PRELUDE}
+local keys = redis.call("ZRANGEBYLEX", B .. "k", ARGV[2], ARGV[3], "LIMIT", 0, tonumber(ARGV[4]))
+local out = { keys[#keys] or "" }
+for _, key in ipairs(keys) do
+  local m = redis.call("HMGET", B .. "f:" .. key, "v", "c", "e", "ca", "ma", "j")
+  if m[1] and m[3] ~= "base64" and (ARGV[5] == "" or string.find(m[2], ARGV[5], 1, true)) then
+    out[#out + 1] = key; out[#out + 1] = m[1]; out[#out + 1] = m[2]; out[#out + 1] = m[3]
+    out[#out + 1] = m[4]; out[#out + 1] = m[5]; out[#out + 1] = m[6] or ""
+  end
+end
+return out`;
+
+interface Script {
+  lua: string;
+  sha: string;
+}
+
+function script(lua: string): Script {
+  return { lua, sha: createHash("sha1").update(lua).digest("hex") };
+}
+
+const SCRIPTS = {
+  put: script(PUT),
+  delete: script(DELETE),
+  deleteTree: script(DELETE_TREE),
+  list: script(LIST),
+  listDirectory: script(LIST_DIRECTORY),
+  search: script(SEARCH),
+};
+
+/**
+ * Files in Redis. A namespace's keys share one base, `prefix{namespace}:`
+ * (the hash tag keeps a namespace in one cluster slot); under it each file
+ * is a hash (`f:<key>`: version, content, encoding, timestamps, size), and
+ * the indexes described in PRELUDE are kept in step by Lua scripts, so every
+ * write, compare-and-set included, is atomic and one round trip. Versions come
+ * from a per-namespace counter and are never reused. Key order is byte order,
+ * which is code-point order.
+ *
+ * `search` runs the substring test inside Redis (a plain `string.find` over
+ * the namespace's keys under the prefix), returning only matching records.
+ */
+export class RedisStore implements Store {
+  private readonly client: Redis;
+  private readonly ownsClient: boolean;
+  private readonly keyPrefix: string;
+  private readonly maxValueSize: number;
+  private closed = false;
+
+  constructor(options: RedisStoreOptions) {
+    this.keyPrefix = options.keyPrefix ?? "strata:";
+    this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
+    if (options.client) {
+      this.client = options.client;
+      this.ownsClient = false;
+    } else {
+      if (!options.url) throw errors.invalidArgument("RedisStore needs a url or a client");
+      this.client = new Redis(options.url, {
+        connectTimeout: options.connectTimeoutMs ?? 5_000,
+        commandTimeout: options.commandTimeoutMs ?? 30_000,
+        // While the server is away, fail fast with "unavailable" instead of queueing
+        // for minutes; reconnect in the background so the store recovers by itself.
+        maxRetriesPerRequest: 1,
+        retryStrategy: (attempt) => Math.min(100 * attempt, 2_000),
+        // A write whose reply was lost may have been applied: never send it twice.
+        autoResendUnfulfilledCommands: false,
+      });
+      this.ownsClient = true;
+      // Connection errors surface through the failing commands; without a listener
+      // ioredis would print every reconnection attempt.
+      this.client.on("error", () => {});
+    }
+  }
+
+  /** The client underneath, for callers who need the engine directly. */
+  getInstance(): Redis {
+    return this.client;
+  }
+
+  async get(namespace: Namespace, key: string): Promise<StoredItem | undefined> {
+    const base = this.base(namespace);
+    checkEngineKey(key);
+    const fields = await this.call(() => this.client.hmget(`${base}f:${key}`, "v", "c", "e", "ca", "ma", "j"));
+    const [version, content, encoding, created, modified, original] = fields;
+    if (version === null || version === undefined) return undefined;
+    return toItem([key, version, content, encoding, created, modified, original]);
+  }
+
+  async put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    const base = this.base(namespace);
+    const record = toEngineRecord(checkEngineKey(key), value, this.maxValueSize);
+    const expected = options.expectedVersion;
+    const mode = expected === undefined ? "any" : expected === null ? "absent" : "version";
+    try {
+      const [version] = (await this.run(SCRIPTS.put, [base, mode, String(expected ?? ""), ...recordArgs(key, record)])) as number[];
+      return Number(version);
+    } catch (error) {
+      throw conflictOr(error, key, expected ?? null);
+    }
+  }
+
+  async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    const base = this.base(namespace);
+    // All or nothing: every entry is validated before the one atomic script runs.
+    const args = entries.flatMap(([key, value]) => recordArgs(key, toEngineRecord(checkEngineKey(key), value, this.maxValueSize)));
+    if (entries.length === 0) return [];
+    const versions = (await this.run(SCRIPTS.put, [base, "any", "", ...args])) as number[];
+    // A key given twice gets its last version everywhere, as in the other stores' batches.
+    const latest = new Map(entries.map(([key], i) => [key, Number(versions[i])]));
+    return entries.map(([key]) => latest.get(key)!);
+  }
+
+  async delete(namespace: Namespace, key: string, options: PutOptions = {}): Promise<boolean> {
+    const base = this.base(namespace);
+    checkEngineKey(key);
+    const expected = options.expectedVersion;
+    const mode = expected === undefined ? "any" : expected === null ? "absent" : "version";
+    try {
+      return Number(await this.run(SCRIPTS.delete, [base, key, mode, String(expected ?? "")])) === 1;
+    } catch (error) {
+      throw conflictOr(error, key, expected ?? null);
+    }
+  }
+
+  async deleteTree(namespace: Namespace, dir: string): Promise<string[]> {
+    const base = this.base(namespace);
+    const prefix = treePrefix(checkEngineKey(dir));
+    // In chunks, so a huge tree never blocks the server for long; each chunk is atomic.
+    const removed: string[] = [];
+    for (;;) {
+      const chunk = (await this.run(SCRIPTS.deleteTree, [base, ...lexRange(prefix), String(DELETE_BATCH)])) as string[];
+      removed.push(...chunk);
+      if (chunk.length < DELETE_BATCH) return removed;
+    }
+  }
+
+  async list(namespace: Namespace, options: ListOptions = {}): Promise<ListPage> {
+    const base = this.base(namespace);
+    const limit = pageSize(options.limit);
+    const [min, max] = lexRange(options.prefix ?? "", options.after);
+    const flat = (await this.run(SCRIPTS.list, [base, min, max, String(limit + 1)])) as string[];
+    const items: StoredKey[] = [];
+    for (let i = 0; i < flat.length; i += 4) items.push(toKey(flat[i]!, flat.slice(i + 1, i + 4)));
+    if (items.length <= limit) return { items };
+    items.length = limit;
+    return { items, next: items[limit - 1]!.key };
+  }
+
+  async listDirectory(namespace: Namespace, dir: string): Promise<DirectoryListing> {
+    const base = this.base(namespace);
+    const prefix = treePrefix(checkEngineKey(dir));
+    const [flat, dirs] = (await this.run(SCRIPTS.listDirectory, [base, prefix])) as [string[], string[]];
+    const files: StoredKey[] = [];
+    for (let i = 0; i < flat.length; i += 2) {
+      const meta = flat[i + 1]!;
+      const first = meta.indexOf(" ");
+      const second = meta.indexOf(" ", first + 1);
+      files.push(toKey(prefix + flat[i]!, [meta.slice(0, first), meta.slice(first + 1, second), meta.slice(second + 1)]));
+    }
+    return { files, dirs };
+  }
+
+  async *search(namespace: Namespace, substring: string, prefix: string): AsyncIterable<StoredItem> {
+    const base = this.base(namespace);
+    if (typeof substring !== "string" || typeof prefix !== "string") throw errors.invalidArgument("search needs a substring and a prefix");
+    const needle = searchableNeedle(substring) ?? "";
+    let after: string | undefined;
+    for (;;) {
+      const [min, max] = lexRange(prefix, after);
+      const [last, ...flat] = (await this.run(SCRIPTS.search, [base, min, max, String(SEARCH_BATCH), needle])) as string[];
+      for (let i = 0; i < flat.length; i += 7) yield toItem(flat.slice(i, i + 7));
+      if (!last) return;
+      after = last;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (!this.ownsClient) return;
+    try {
+      await this.client.quit();
+    } catch {
+      this.client.disconnect();
+    }
+  }
+
+  private base(namespace: Namespace): string {
+    if (this.closed) throw storeClosed();
+    return `${this.keyPrefix}{${namespaceKey(namespace)}}:`;
+  }
+
+  /** Runs a script by its hash, sending the source only when the server has not cached it (first use, or after a restart). */
+  private async run(code: Script, args: string[]): Promise<unknown> {
+    return this.call(async () => {
+      try {
+        // An array argument is flattened by ioredis; spreading a large batch would overflow the stack.
+        return await this.client.evalsha(code.sha, 0, args);
+      } catch (error) {
+        if (!(error instanceof Error) || !error.message.startsWith("NOSCRIPT")) throw error;
+        return await this.client.eval(code.lua, 0, args);
+      }
+    });
+  }
+
+  private async call<T>(command: () => Promise<T>): Promise<T> {
+    if (this.closed) throw storeClosed();
+    try {
+      return await command();
+    } catch (error) {
+      throw storeError(error);
+    }
+  }
+}
+
+function pageSize(limit: number | undefined): number {
+  return Number.isFinite(limit) ? Math.min(Math.max(1, Math.floor(limit!)), MAX_PAGE) : DEFAULT_PAGE;
+}
+
+function recordArgs(key: string, record: EngineRecord): string[] {
+  return [key, record.content, record.encoding, record.created_at, record.modified_at, String(record.size), record.original ?? ""];
+}
+
+function toKey(key: string, [version, size, modified]: string[]): StoredKey {
+  return { key, version: Number(version), size: Number(size), modified_at: modified ?? "" };
+}
+
+/** From key, version, content, encoding, created, modified, original ("" for none). */
+function toItem(fields: ReadonlyArray<string | null | undefined>): StoredItem {
+  const [key, version, content, encoding, created, modified, original] = fields.map((field) => field ?? "");
+  const record: EngineRecord = {
+    encoding: encoding as EngineRecord["encoding"],
+    content: content!,
+    original: original === "" ? null : original!,
+    size: 0,
+    created_at: created!,
+    modified_at: modified!,
+  };
+  return { key: key!, value: fromEngineRecord(record), version: Number(version) };
+}
+
+/** ZRANGEBYLEX bounds for keys starting with `prefix`, after `after` when given. */
+function lexRange(prefix: string, after?: string): [string, string] {
+  const end = prefix === "" ? undefined : prefixEnd(prefix);
+  let min = prefix === "" ? "-" : `[${prefix}`;
+  if (after !== undefined && Buffer.compare(Buffer.from(after), Buffer.from(prefix)) >= 0) min = `(${after}`;
+  return [min, end === undefined ? "+" : `(${end}`];
+}
+
+function conflictOr(error: unknown, key: string, expected: number | null): unknown {
+  const cause = error instanceof StrataError ? error.cause : error;
+  const match = cause instanceof Error ? /STRATA_CONFLICT ?(\d*)/.exec(cause.message) : null;
+  if (!match) return error;
+  return versionConflict(key, expected, match[1] ? Number(match[1]) : undefined);
+}
+
+const UNREACHABLE = /Connection is closed|Command timed out|Stream isn't writeable|max retries per request|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND|LOADING|connect ETIMEDOUT|Socket closed/i;
+
+/** A typed error for any failure; the driver's message is kept only as `cause`. */
+function storeError(error: unknown): StrataError {
+  if (error instanceof StrataError) return error;
+  const message = error instanceof Error ? error.message : "";
+  const name = error instanceof Error ? error.name : "";
+  if (name === "MaxRetriesPerRequestError" || UNREACHABLE.test(message)) {
+    return new StrataError("unavailable", "Redis is unavailable (connection lost or timed out); the store reconnects by itself", { cause: error });
+  }
+  if (/^OOM/.test(message)) return new StrataError("too_large", "Redis is out of memory (maxmemory reached)", { cause: error });
+  return new StrataError("io_error", `Redis failed${name === "ReplyError" ? ` (${message.split(" ")[0]})` : ""}`, { cause: error });
+}

@@ -1,0 +1,409 @@
+import Database from "better-sqlite3";
+import { StrataError } from "../core/errors.js";
+import { ancestorsOf, baseName, parentOf } from "../core/paths.js";
+import type { FileData } from "../core/types.js";
+import { checkEngineKey, DEFAULT_MAX_VALUE_SIZE, fromEngineRecord, searchableNeedle, toEngineRecord, type EngineRecord } from "./records.js";
+import {
+  namespaceKey,
+  prefixEnd,
+  storeClosed,
+  versionConflict,
+  versionMatches,
+  type DirectoryListing,
+  type ListOptions,
+  type ListPage,
+  type Namespace,
+  type PutOptions,
+  type Store,
+  type StoredItem,
+  type StoredKey,
+} from "./store.js";
+
+export interface SqliteStoreOptions {
+  /** Database file, or `":memory:"`. Created if missing. */
+  path: string;
+  /** How long a writer waits for another connection's transaction, in ms (default 5000). */
+  busyTimeoutMs?: number;
+  /**
+   * `NORMAL` (default) survives a process crash; `FULL` also survives power
+   * loss, at the cost of an fsync per transaction.
+   */
+  synchronous?: "NORMAL" | "FULL";
+  /** Largest value, in bytes, a put accepts (default 64 MiB); larger ones fail with `too_large`. */
+  maxValueSize?: number;
+}
+
+const DEFAULT_PAGE = 1000;
+const MAX_PAGE = 10_000;
+/** Below this many characters the trigram index cannot answer; candidates come from a scan. */
+const TRIGRAM = 3;
+/** A search scope with fewer rows than this is scanned directly: cheaper than a common pattern's index hits. */
+const SMALL_SCOPE = 4096;
+/** Candidate rows read per query while searching. */
+const SEARCH_CHUNK = 256;
+
+/**
+ * The whole schema. A file is a row keyed by (namespace id, path) with its
+ * parent directory indexed, so a listing reads only that directory's rows.
+ * `strata_dirs` counts the files under each directory (maintained on put and
+ * delete), so child directories come from an index too, never from a scan of
+ * the subtree. Text is indexed by an FTS5 trigram table for grep; binary
+ * (base64) rows are not indexed. Records are laid out as in records.ts (shared
+ * with PostgreSQL and Redis): `content` is the searchable text, `original` the
+ * exact content as JSON when UTF-8 cannot hold it (and a v1 record's lines).
+ */
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS strata_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO strata_meta (name, value) VALUES ('schema', 1), ('version', 0);
+CREATE TABLE IF NOT EXISTS strata_namespaces (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS strata_files (
+  id INTEGER PRIMARY KEY,
+  ns INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  parent TEXT NOT NULL,
+  content TEXT NOT NULL,
+  encoding TEXT NOT NULL,
+  original TEXT,
+  created_at TEXT NOT NULL,
+  modified_at TEXT NOT NULL,
+  size INTEGER NOT NULL,
+  version INTEGER NOT NULL,
+  UNIQUE (ns, key)
+);
+CREATE INDEX IF NOT EXISTS strata_files_parent ON strata_files (ns, parent, key);
+CREATE TABLE IF NOT EXISTS strata_dirs (
+  ns INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  parent TEXT NOT NULL,
+  files INTEGER NOT NULL,
+  PRIMARY KEY (ns, path)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS strata_dirs_parent ON strata_dirs (ns, parent, path);
+CREATE VIRTUAL TABLE IF NOT EXISTS strata_text USING fts5(
+  content, content='', contentless_delete=1, tokenize='trigram case_sensitive 1'
+);
+CREATE TRIGGER IF NOT EXISTS strata_files_insert AFTER INSERT ON strata_files WHEN new.encoding <> 'base64' BEGIN
+  INSERT INTO strata_text (rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER IF NOT EXISTS strata_files_delete AFTER DELETE ON strata_files WHEN old.encoding <> 'base64' BEGIN
+  DELETE FROM strata_text WHERE rowid = old.id;
+END;
+CREATE TRIGGER IF NOT EXISTS strata_files_update AFTER UPDATE OF content, encoding ON strata_files BEGIN
+  DELETE FROM strata_text WHERE rowid = old.id;
+  INSERT INTO strata_text (rowid, content) SELECT new.id, new.content WHERE new.encoding <> 'base64';
+END;
+`;
+
+const ITEM_COLUMNS = "id, key, content, encoding, original, size, created_at, modified_at, version";
+const KEY_COLUMNS = "key, version, size, modified_at";
+/** Rows whose key lies in [@lo, @hi), resuming after @after when paging. */
+const IN_RANGE = "ns = @ns AND key >= max(@lo, @from) AND key < @hi";
+
+/** Every statement the store runs. */
+const SQL = {
+  namespaceId: "SELECT id FROM strata_namespaces WHERE name = ?",
+  createNamespace: "INSERT OR IGNORE INTO strata_namespaces (name) VALUES (?)",
+  /** Reserves `?` versions; returns the last one. */
+  reserveVersions: "UPDATE strata_meta SET value = value + ? WHERE name = 'version' RETURNING value",
+  get: `SELECT ${ITEM_COLUMNS} FROM strata_files WHERE ns = ? AND key = ?`,
+  getByIds: `SELECT ${ITEM_COLUMNS} FROM strata_files WHERE id IN (SELECT value FROM json_each(?))`,
+  current: "SELECT id, version FROM strata_files WHERE ns = ? AND key = ?",
+  insert: `INSERT INTO strata_files (ns, key, parent, content, encoding, original, created_at, modified_at, size, version)
+    VALUES (@ns, @key, @parent, @content, @encoding, @original, @created_at, @modified_at, @size, @version)`,
+  update: `UPDATE strata_files SET content = @content, encoding = @encoding, original = @original, created_at = @created_at,
+    modified_at = @modified_at, size = @size, version = @version WHERE id = @id`,
+  deleteById: "DELETE FROM strata_files WHERE id = ?",
+  treeKeys: `SELECT key FROM strata_files WHERE ${IN_RANGE}`,
+  deleteTree: `DELETE FROM strata_files WHERE ${IN_RANGE}`,
+  list: `SELECT ${KEY_COLUMNS} FROM strata_files WHERE ${IN_RANGE} ORDER BY key LIMIT @limit`,
+  filesIn: `SELECT ${KEY_COLUMNS} FROM strata_files WHERE ns = ? AND parent = ?`,
+  dirsIn: "SELECT path FROM strata_dirs WHERE ns = ? AND parent = ?",
+  addToDir: `INSERT INTO strata_dirs (ns, path, parent, files) VALUES (?, ?, ?, ?)
+    ON CONFLICT (ns, path) DO UPDATE SET files = files + excluded.files`,
+  removeFromDir: "UPDATE strata_dirs SET files = files - ? WHERE ns = ? AND path = ?",
+  dropEmptyDir: "DELETE FROM strata_dirs WHERE ns = ? AND path = ? AND files <= 0",
+  dropDirTree: "DELETE FROM strata_dirs WHERE ns = @ns AND (path = @dir OR (path >= @lo AND path < @hi))",
+  // CROSS JOIN makes the trigram index the outer loop; otherwise the planner may walk the key range and probe FTS per row.
+  searchIndexed: `SELECT f.id FROM strata_text t CROSS JOIN strata_files f ON f.id = t.rowid
+    WHERE strata_text MATCH @phrase AND f.ns = @ns AND f.key >= @lo AND f.key < @hi`,
+  scopeSize: "SELECT count(*) FROM (SELECT 1 FROM strata_files WHERE ns = @ns AND key >= @lo AND key < @hi LIMIT @cap)",
+  searchScan: `SELECT id FROM strata_files
+    WHERE ns = @ns AND key >= @lo AND key < @hi AND encoding <> 'base64' AND instr(content, @substring) > 0`,
+  textIn: "SELECT id FROM strata_files WHERE ns = @ns AND key >= @lo AND key < @hi AND encoding <> 'base64'",
+} as const;
+
+type Statements = { [K in keyof typeof SQL]: Database.Statement };
+
+interface ItemRow extends EngineRecord {
+  id: number;
+  key: string;
+  version: number;
+}
+
+/**
+ * The embedded default store: one SQLite file in WAL mode. Separate
+ * connections (and processes) share it safely: every compare-and-set runs in
+ * a `BEGIN IMMEDIATE` transaction, and a busy timeout makes writers wait for
+ * each other rather than fail.
+ */
+export class SqliteStore implements Store {
+  private readonly db: Database.Database;
+  private readonly sql: Statements;
+  private readonly namespaceIds = new Map<string, number>();
+  private readonly maxValueSize: number;
+
+  constructor(options: SqliteStoreOptions) {
+    this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
+    try {
+      this.db = new Database(options.path);
+      this.db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
+      this.db.pragma("journal_mode = WAL");
+      this.db.pragma(`synchronous = ${options.synchronous === "FULL" ? "FULL" : "NORMAL"}`);
+      this.db.transaction(() => this.db.exec(SCHEMA)).immediate();
+      this.sql = Object.fromEntries(Object.entries(SQL).map(([name, text]) => [name, this.db.prepare(text)])) as Statements;
+    } catch (error) {
+      // The driver's messages may carry the host path; ours never do.
+      throw new StrataError("unavailable", `Cannot open the SQLite store (${sqliteCode(error)})`, { cause: error });
+    }
+  }
+
+  /** The better-sqlite3 connection underneath, as an escape hatch. */
+  getInstance(): Database.Database {
+    return this.db;
+  }
+
+  async get(namespace: Namespace, key: string): Promise<StoredItem | undefined> {
+    return this.run(() => {
+      checkEngineKey(key);
+      const ns = this.namespaceId(namespace, false);
+      const row = ns === undefined ? undefined : (this.sql.get.get(ns, key) as ItemRow | undefined);
+      return row && toItem(row);
+    });
+  }
+
+  async put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.run(() => {
+      const record = this.record(key, value);
+      const ns = this.namespaceId(namespace, true);
+      return this.db
+        .transaction(() => {
+          const added = new Map<string, number>();
+          const version = this.putOne(ns, key, record, options.expectedVersion, this.reserveVersions(1), added);
+          this.addToDirs(ns, added);
+          return version;
+        })
+        .immediate();
+    });
+  }
+
+  async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.run(() => {
+      const records = entries.map(([key, value]) => this.record(key, value));
+      const ns = this.namespaceId(namespace, true);
+      return this.db
+        .transaction(() => {
+          const first = this.reserveVersions(entries.length) - entries.length + 1;
+          const added = new Map<string, number>();
+          const versions = entries.map(([key], i) => this.putOne(ns, key, records[i]!, undefined, first + i, added));
+          this.addToDirs(ns, added);
+          return versions;
+        })
+        .immediate();
+    });
+  }
+
+  async delete(namespace: Namespace, key: string, options: PutOptions = {}): Promise<boolean> {
+    return this.run(() => {
+      checkEngineKey(key);
+      return this.db
+        .transaction(() => {
+          const ns = this.namespaceId(namespace, false);
+          const row = ns === undefined ? undefined : (this.sql.current.get(ns, key) as { id: number; version: number } | undefined);
+          if (!versionMatches(options.expectedVersion, row?.version)) throw versionConflict(key, options.expectedVersion ?? null, row?.version);
+          if (!row || ns === undefined) return false;
+          this.sql.deleteById.run(row.id);
+          this.removeFromDirs(ns, key, 1);
+          return true;
+        })
+        .immediate();
+    });
+  }
+
+  async deleteTree(namespace: Namespace, dir: string): Promise<string[]> {
+    return this.run(() => {
+      checkEngineKey(dir);
+      return this.db
+        .transaction(() => {
+          const ns = this.namespaceId(namespace, false);
+          if (ns === undefined) return [];
+          const range = { ns, ...treeRange(dir), from: "" };
+          const keys = this.sql.treeKeys.pluck().all(range) as string[];
+          if (keys.length === 0) return keys;
+          this.sql.deleteTree.run(range);
+          this.sql.dropDirTree.run({ ns, dir, lo: range.lo, hi: range.hi });
+          this.removeFromDirs(ns, dir, keys.length);
+          return keys;
+        })
+        .immediate();
+    });
+  }
+
+  async list(namespace: Namespace, options: ListOptions = {}): Promise<ListPage> {
+    return this.run(() => {
+      const ns = this.namespaceId(namespace, false);
+      const lo = options.prefix || "/";
+      const hi = prefixEnd(lo);
+      if (ns === undefined || hi === undefined) return { items: [] };
+      const limit = Math.min(Math.max(1, Math.floor(options.limit ?? DEFAULT_PAGE)), MAX_PAGE);
+      // The smallest string after `after` is `after + "\0"`, so one inclusive bound serves both cases.
+      const from = options.after === undefined ? "" : `${options.after}\0`;
+      const items = this.sql.list.all({ ns, lo, hi, from, limit: limit + 1 }) as StoredKey[];
+      if (items.length <= limit) return { items };
+      items.length = limit;
+      return { items, next: items[limit - 1]!.key };
+    });
+  }
+
+  async listDirectory(namespace: Namespace, dir: string): Promise<DirectoryListing> {
+    return this.run(() => {
+      checkEngineKey(dir);
+      const ns = this.namespaceId(namespace, false);
+      if (ns === undefined) return { files: [], dirs: [] };
+      const files = this.sql.filesIn.all(ns, dir) as StoredKey[];
+      const dirs = (this.sql.dirsIn.pluck().all(ns, dir) as string[]).map(baseName);
+      return { files, dirs };
+    });
+  }
+
+  /**
+   * Candidates from the trigram index (patterns of 3+ characters over a
+   * large scope), else from a scan of the prefix with `instr`. Ids are collected first and rows read
+   * in chunks, so no statement stays open while the caller awaits.
+   */
+  async *search(namespace: Namespace, substring: string, prefix: string): AsyncIterable<StoredItem> {
+    const ids = this.run(() => {
+      const ns = this.namespaceId(namespace, false);
+      const lo = prefix || "/";
+      const hi = prefixEnd(lo);
+      if (ns === undefined || hi === undefined || substring === "") return [];
+      const needle = searchableNeedle(substring);
+      if (needle === undefined) return this.sql.textIn.pluck().all({ ns, lo, hi }) as number[];
+      const small = (this.sql.scopeSize.pluck().get({ ns, lo, hi, cap: SMALL_SCOPE }) as number) < SMALL_SCOPE;
+      if (!small && [...needle].length >= TRIGRAM) {
+        const phrase = `"${needle.replace(/"/g, '""')}"`;
+        return this.sql.searchIndexed.pluck().all({ ns, lo, hi, phrase }) as number[];
+      }
+      return this.sql.searchScan.pluck().all({ ns, lo, hi, substring: needle }) as number[];
+    });
+    for (let i = 0; i < ids.length; i += SEARCH_CHUNK) {
+      const chunk = JSON.stringify(ids.slice(i, i + SEARCH_CHUNK));
+      const rows = this.run(() => this.sql.getByIds.all(chunk) as ItemRow[]);
+      for (const row of rows) yield toItem(row);
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.db.open) this.db.close();
+  }
+
+  /** Runs one operation: refuses once closed, and turns driver errors into StrataErrors. */
+  private run<T>(operation: () => T): T {
+    if (!this.db.open) throw storeClosed();
+    try {
+      return operation();
+    } catch (error) {
+      throw toStrataError(error);
+    }
+  }
+
+  /**
+   * Stores one record under a version reserved by the caller, inside the
+   * caller's transaction. A new key's directories are counted into `added`,
+   * so a batch updates each directory once.
+   */
+  private putOne(
+    ns: number,
+    key: string,
+    record: EngineRecord,
+    expected: number | null | undefined,
+    version: number,
+    added: Map<string, number>,
+  ): number {
+    const row = this.sql.current.get(ns, key) as { id: number; version: number } | undefined;
+    if (!versionMatches(expected, row?.version)) throw versionConflict(key, expected ?? null, row?.version);
+    const columns = { ...record, version };
+    if (row) {
+      this.sql.update.run({ ...columns, id: row.id });
+    } else {
+      this.sql.insert.run({ ...columns, ns, key, parent: parentOf(key) });
+      for (const dir of ancestorsOf(key)) if (dir !== "/") added.set(dir, (added.get(dir) ?? 0) + 1);
+    }
+    return version;
+  }
+
+  /** Validates a key and value and lays the value out as columns. */
+  private record(key: string, value: FileData): EngineRecord {
+    return toEngineRecord(checkEngineKey(key), value, this.maxValueSize);
+  }
+
+  /** Versions only grow, across every namespace, so a deleted and recreated key never repeats one. */
+  private reserveVersions(count: number): number {
+    return this.sql.reserveVersions.pluck().get(count) as number;
+  }
+
+  private addToDirs(ns: number, added: Map<string, number>): void {
+    for (const [dir, count] of added) this.sql.addToDir.run(ns, dir, parentOf(dir), count);
+  }
+
+  /** Takes `count` files away from every directory above `path`, dropping directories left empty. */
+  private removeFromDirs(ns: number, path: string, count: number): void {
+    for (const dir of ancestorsOf(path)) {
+      if (dir === "/") continue;
+      this.sql.removeFromDir.run(count, ns, dir);
+      this.sql.dropEmptyDir.run(ns, dir);
+    }
+  }
+
+  /**
+   * The namespace's row id, cached (rows are never deleted, so ids never
+   * change). Created in its own statement, outside any write transaction, so
+   * a rolled-back write cannot leave a cached id that was never committed.
+   */
+  private namespaceId(namespace: Namespace, create: true): number;
+  private namespaceId(namespace: Namespace, create: boolean): number | undefined;
+  private namespaceId(namespace: Namespace, create: boolean): number | undefined {
+    const name = namespaceKey(namespace);
+    const cached = this.namespaceIds.get(name);
+    if (cached !== undefined) return cached;
+    if (create) this.sql.createNamespace.run(name);
+    const id = this.sql.namespaceId.pluck().get(name) as number | undefined;
+    if (id !== undefined) this.namespaceIds.set(name, id);
+    return id;
+  }
+}
+
+/** Key range of everything strictly under `dir`. */
+function treeRange(dir: string): { lo: string; hi: string } {
+  const lo = dir === "/" ? "/" : `${dir}/`;
+  return { lo, hi: prefixEnd(lo)! };
+}
+
+function toItem(row: ItemRow): StoredItem {
+  return { key: row.key, value: fromEngineRecord(row), version: row.version };
+}
+
+function sqliteCode(error: unknown): string {
+  return error instanceof Database.SqliteError ? error.code : error instanceof Error ? error.name : "unknown error";
+}
+
+/** Maps driver errors to typed ones; the driver's text is kept only as the cause. */
+function toStrataError(error: unknown): unknown {
+  if (error instanceof StrataError || !(error instanceof Database.SqliteError)) return error;
+  const code = error.code;
+  if (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED")) {
+    return new StrataError("timeout", "The SQLite store is busy: another connection held its write lock past the busy timeout", { cause: error });
+  }
+  if (code === "SQLITE_TOOBIG") return new StrataError("too_large", "The value is larger than SQLite accepts", { cause: error });
+  if (code.startsWith("SQLITE_READONLY")) return new StrataError("permission_denied", "The SQLite store is read-only", { cause: error });
+  return new StrataError("io_error", `SQLite error (${code})`, { cause: error });
+}

@@ -1,0 +1,253 @@
+/**
+ * Containment cases shared by every isolating sandbox (bubblewrap, Docker,
+ * …): each runs a hostile command through `execute` and checks that it is
+ * contained, that the result says so clearly, and that the host and this
+ * test process are unharmed. `commandCases` (timeout, process-tree kill,
+ * output cap) also run against LocalSandbox, which claims nothing more.
+ *
+ *   containmentCases({ name: "docker", create: (limits) => DockerSandbox.create({ ...limits }) });
+ */
+import { execFileSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server, type Socket } from "node:net";
+import { homedir } from "node:os";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
+import type { SandboxBackendProtocol } from "../core/protocol.js";
+
+export interface ContainmentLimits {
+  /** Share the host network (only the network case asks for true). */
+  network?: boolean;
+  memoryMb?: number;
+  maxProcesses?: number;
+}
+
+export type ClosableSandbox = SandboxBackendProtocol & { close(): Promise<void> };
+
+export interface ContainmentTarget {
+  name: string;
+  /** A fresh sandbox with these limits; closed by the cases. */
+  create: (limits: ContainmentLimits) => Promise<ClosableSandbox>;
+}
+
+/** Pids of host processes whose command line contains `marker` (read from /proc; this test process excluded). */
+export function processesMatching(marker: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").includes(marker)) found.push(Number(entry));
+    } catch {
+      // Exited while we looked.
+    }
+  }
+  return found;
+}
+
+/** Waits (briefly) for every process carrying `marker` to be gone; returns those still alive. */
+async function survivors(marker: string, seconds = 3): Promise<number[]> {
+  const deadline = Date.now() + seconds * 1000;
+  let alive = processesMatching(marker);
+  while (alive.length > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    alive = processesMatching(marker);
+  }
+  for (const pid of alive) {
+    try {
+      process.kill(pid, "SIGKILL"); // Leave the machine clean even when the case fails.
+    } catch {
+      // Gone.
+    }
+  }
+  return alive;
+}
+
+/** The host is still fine: it can start a process, and this process did not balloon. */
+function expectHostHealthy(rssBefore: number): void {
+  expect(execFileSync("/bin/sh", ["-c", "echo alive"], { encoding: "utf8" })).toBe("alive\n");
+  expect(process.memoryUsage().rss - rssBefore).toBeLessThan(300 * 1024 * 1024);
+}
+
+/** Unique, harmless sleep durations: their command line is the marker a leftover would carry. */
+function markerSeconds(): string {
+  return `1000.${String(Math.floor(Math.random() * 1e6)).padStart(6, "0")}1`;
+}
+
+/** Timeout, process-tree kill and output cap: what every sandbox, LocalSandbox included, promises. */
+export function commandCases(target: ContainmentTarget): void {
+  describe(`command limits: ${target.name}`, () => {
+    const open: ClosableSandbox[] = [];
+    const create = async (limits: ContainmentLimits = {}) => {
+      const sandbox = await target.create(limits);
+      open.push(sandbox);
+      return sandbox;
+    };
+    afterEach(async () => {
+      await Promise.all(open.splice(0).map((sandbox) => sandbox.close()));
+    });
+
+    it("kills `sleep 1000` and its background children at the timeout: exit 124, nothing left", async () => {
+      const sandbox = await create();
+      const [a, b] = [markerSeconds(), markerSeconds()];
+      const started = Date.now();
+      const result = await sandbox.execute(`sleep ${a} & echo started; sleep ${b}`, { timeout: 1 });
+      const elapsed = Date.now() - started;
+      expect(result.exitCode).toBe(124);
+      expect(result.output).toContain("started");
+      expect(result.output).toMatch(/timed out after 1 s/);
+      expect(elapsed).toBeLessThan(4000);
+      expect(await survivors(a)).toEqual([]);
+      expect(await survivors(b)).toEqual([]);
+      // The sandbox is still usable.
+      expect((await sandbox.execute("echo again")).output).toBe("again\n");
+    });
+
+    it("caps 1 GB of output: keeps the head, marks it truncated, and stays within memory and time", async () => {
+      const sandbox = await create();
+      const rssBefore = process.memoryUsage().rss;
+      const started = Date.now();
+      const result = await sandbox.execute("echo head-marker; head -c 1000000000 /dev/zero | tr '\\0' x; echo done", { timeout: 60 });
+      expect(Date.now() - started).toBeLessThan(30_000);
+      expect(result.truncated).toBe(true);
+      expect(result.output.startsWith("head-marker\nxxxx")).toBe(true);
+      expect(result.output.length).toBeLessThan(2 * 1024 * 1024);
+      expectHostHealthy(rssBefore);
+      expect((await sandbox.execute("echo fine")).output).toBe("fine\n");
+    });
+
+    it("streams output through onOutput as it arrives", async () => {
+      const sandbox = await create();
+      const chunks: string[] = [];
+      const result = await sandbox.execute("echo one; sleep 0.3; echo two", { onOutput: (chunk) => chunks.push(chunk) });
+      expect(chunks.join("")).toBe(result.output);
+      expect(chunks.length).toBeGreaterThanOrEqual(2);
+    });
+  });
+}
+
+/** What an isolating sandbox contains beyond commandCases. */
+export function containmentCases(target: ContainmentTarget): void {
+  commandCases(target);
+
+  describe(`containment: ${target.name}`, () => {
+    const open: ClosableSandbox[] = [];
+    const create = async (limits: ContainmentLimits = {}) => {
+      const sandbox = await target.create(limits);
+      open.push(sandbox);
+      return sandbox;
+    };
+    afterEach(async () => {
+      await Promise.all(open.splice(0).map((sandbox) => sandbox.close()));
+    });
+
+    it("contains a fork bomb: the process count stays at the limit, the host can still fork", async () => {
+      const sandbox = await create({ maxProcesses: 64 });
+      const marker = `bomb${randomUUID().replace(/-/g, "")}`;
+      // Every process of the bomb is a forked `sh <marker>.sh`, so the host can count them; `exec` keeps the
+      // main shell from needing a fork of its own while the bomb saturates the limit for 3 seconds.
+      await sandbox.write(`/${marker}.sh`, "b() { b | b & }\nb\nexec sleep 3\n");
+      const rssBefore = process.memoryUsage().rss;
+      const started = Date.now();
+      let peak = 0;
+      let running = true;
+      const run = sandbox.execute(`sh ${marker}.sh`, { timeout: 20 }).finally(() => (running = false));
+      while (running) {
+        peak = Math.max(peak, processesMatching(marker).length);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      await run;
+      expect(Date.now() - started).toBeLessThan(25_000);
+      expect(peak, "the bomb never got going: nothing was tested").toBeGreaterThan(10);
+      expect(peak).toBeLessThanOrEqual(64);
+      expectHostHealthy(rssBefore);
+      expect(await survivors(marker)).toEqual([]);
+      expect((await sandbox.execute("echo after")).output).toBe("after\n");
+    });
+
+    it("contains a memory bomb: the command dies, the host and this process do not", async () => {
+      const sandbox = await create({ memoryMb: 256 });
+      const rssBefore = process.memoryUsage().rss;
+      // Doubles a string until the limit stops it (about 2 GiB if nothing did).
+      const result = await sandbox.execute(`awk 'BEGIN { s = "0123456789abcdef"; for (i = 0; i < 27; i++) s = s s; print length(s) }'`, { timeout: 60 });
+      expect(result.exitCode).not.toBe(0);
+      expect(result.output).not.toMatch(/^2147483648$/m);
+      expectHostHealthy(rssBefore);
+      expect((await sandbox.execute("echo after")).output).toBe("after\n");
+    });
+
+    describe("network", () => {
+      let server: Server;
+      let port = 0;
+      let connections = 0;
+      const sockets = new Set<Socket>();
+      afterAll(async () => {
+        for (const socket of sockets) socket.destroy();
+        if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+      });
+
+      const listen = async () => {
+        if (port) return;
+        server = createServer((socket) => {
+          connections++;
+          sockets.add(socket);
+          socket.end("hello-from-host\n");
+        });
+        await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+        port = (server.address() as { port: number }).port;
+      };
+      // Whatever client the sandbox's userland has: perl (Debian's perl-base), nc, or BusyBox's nc.
+      const connect = (p: number) =>
+        `if command -v perl >/dev/null; then perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:${p}", Timeout => 3) or die "connect failed: $!\\n"; print <$s>'; ` +
+        `else echo | nc -w 3 127.0.0.1 ${p} || echo "connect failed"; fi`;
+
+      it("cannot reach a listener on the host's loopback without network", async () => {
+        await listen();
+        const before = connections;
+        const sandbox = await create({ network: false });
+        const result = await sandbox.execute(connect(port), { timeout: 20 });
+        expect(result.output).not.toContain("hello-from-host");
+        expect(result.output).toMatch(/connect failed|refused|unreachable|timed out/i);
+        expect(connections).toBe(before);
+      });
+
+      it("reaches it with network: true (the probe works)", async () => {
+        await listen();
+        const sandbox = await create({ network: true });
+        const result = await sandbox.execute(connect(port), { timeout: 20 });
+        expect(result.output).toContain("hello-from-host");
+      });
+    });
+
+    it("cannot write outside the workspace: system dirs are read-only, /tmp is private", async () => {
+      const sandbox = await create();
+      const name = `strata-outside-${randomUUID()}`;
+      const result = await sandbox.execute(
+        `for f in /usr/${name} /etc/${name} /${name} /bin/${name}; do echo x > "$f" && echo "wrote $f"; done; echo x > /tmp/${name} && echo tmp-ok; echo x > /workspace/inside && echo inside-ok`,
+      );
+      expect(result.output).not.toMatch(/wrote \//);
+      expect(result.output).toContain("tmp-ok");
+      expect(result.output).toContain("inside-ok");
+      for (const dir of ["/usr", "/etc", "", "/bin", "/tmp"]) expect(existsSync(`${dir}/${name}`)).toBe(false);
+      expect(new TextDecoder().decode((await sandbox.downloadFiles(["/inside"]))[0]!.content!)).toBe("x\n");
+    });
+
+    it("cannot read host secrets: /etc/shadow and a file in the home directory are not there", async () => {
+      const secret = `secret-${randomUUID()}`;
+      const file = `${homedir()}/.strata-containment-${randomUUID()}`;
+      writeFileSync(file, secret, { mode: 0o600 });
+      try {
+        const sandbox = await create();
+        const result = await sandbox.execute(`cat /etc/shadow '${file}'; echo end`);
+        expect(result.output).not.toContain(secret);
+        expect(result.output).toContain("end");
+        const listing = await sandbox.execute(`ls -a '${homedir()}' /root /home 2>/dev/null; echo end`);
+        expect(listing.output).not.toContain(file.slice(file.lastIndexOf("/") + 1));
+        // Only root can read the host's shadow file to compare; anyone can check the sandbox printed none of it.
+        const shadow = existsSync("/etc/shadow") && process.getuid?.() === 0 ? readFileSync("/etc/shadow", "utf8").split("\n")[0]! : "root:";
+        expect(result.output).not.toContain(shadow);
+      } finally {
+        rmSync(file, { force: true });
+      }
+    });
+  });
+}

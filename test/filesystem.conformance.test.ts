@@ -1,0 +1,20 @@
+import fs from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { FilesystemBackend } from "../backends/filesystem.js";
+import { runConformance } from "../conformance/index.js";
+
+const tempRoot = (backend: FilesystemBackend) => backend.rootDir;
+
+runConformance({
+  name: "FilesystemBackend (ripgrep)",
+  create: async () => new FilesystemBackend({ rootDir: await fs.mkdtemp(path.join(os.tmpdir(), "strata-fs-")) }),
+  destroy: (backend) => fs.rm(tempRoot(backend), { recursive: true, force: true }),
+});
+
+runConformance({
+  name: "FilesystemBackend (JS grep)",
+  create: async () => new FilesystemBackend({ rootDir: await fs.mkdtemp(path.join(os.tmpdir(), "strata-fs-")), useRipgrep: false }),
+  destroy: (backend) => fs.rm(tempRoot(backend), { recursive: true, force: true }),
+  capabilities: { propertyRuns: 10 },
+});

@@ -1,0 +1,541 @@
+import { spawn, spawnSync } from "node:child_process";
+import { constants } from "node:fs";
+import fs from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { FilesystemBackend } from "../backends/filesystem.js";
+import { StateBackend } from "../backends/state.js";
+import { isStrataError } from "../core/errors.js";
+import { formatRead } from "../core/format.js";
+import type { GrepMatch } from "../core/types.js";
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+const rgOnPath = spawnSync("rg", ["--version"]).status === 0;
+
+let root: string;
+let outside: string;
+let backend: FilesystemBackend;
+
+beforeEach(async () => {
+  const base = await fs.mkdtemp(path.join(os.tmpdir(), "strata-fs-test-"));
+  root = path.join(base, "root");
+  outside = path.join(base, "outside");
+  await fs.mkdir(root);
+  await fs.mkdir(path.join(outside, "sub"), { recursive: true });
+  await fs.writeFile(path.join(outside, "secret.txt"), "TOP SECRET\n");
+  await fs.writeFile(path.join(outside, "outside-only.txt"), "TOP SECRET too\n");
+  await fs.writeFile(path.join(outside, "sub", "deep.txt"), "TOP SECRET deep\n");
+  backend = new FilesystemBackend({ rootDir: root });
+});
+
+afterEach(async () => {
+  await fs.rm(path.dirname(root), { recursive: true, force: true });
+});
+
+/** Names and contents of everything under a host directory, symlinks shown as their targets. */
+async function snapshot(dir: string): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const entry of await fs.readdir(dir, { withFileTypes: true, recursive: true })) {
+    const full = path.join(entry.parentPath ?? entry.path, entry.name);
+    const rel = path.relative(dir, full);
+    if (entry.isSymbolicLink()) out[rel] = `-> ${await fs.readlink(full)}`;
+    else if (entry.isFile()) out[rel] = await fs.readFile(full, "utf8");
+    else out[rel] = "<dir>";
+  }
+  return out;
+}
+
+async function code(promise: Promise<unknown>): Promise<string | undefined> {
+  try {
+    await promise;
+    return undefined;
+  } catch (error) {
+    return isStrataError(error) ? error.code : String(error);
+  }
+}
+
+describe("symlinks are never followed", () => {
+  beforeEach(async () => {
+    await fs.symlink(outside, path.join(root, "out"));
+    await fs.symlink("/etc", path.join(root, "etc"));
+    await fs.symlink(path.join(outside, "secret.txt"), path.join(root, "secret-link.txt"));
+    await fs.mkdir(path.join(root, "real"));
+    await fs.writeFile(path.join(root, "real", "inside.txt"), "inside\n");
+    await fs.symlink(path.join(root, "real"), path.join(root, "alias")); // points inside the root, still not followed
+  });
+
+  it("cannot read, download or edit through a symlink, to /etc or elsewhere", async () => {
+    for (const p of ["/etc/passwd", "/etc/hostname", "/out/secret.txt", "/out/sub/deep.txt", "/secret-link.txt", "/alias/inside.txt"]) {
+      const read = await backend.read(p);
+      expect(read, p).toMatch(/^Error: Permission denied: .*symlinks are not followed/);
+      expect(await code(backend.readRaw(p))).toBe("permission_denied");
+      expect((await backend.downloadFiles([p]))[0]!.error).toBe("permission_denied");
+      expect((await backend.edit(p, "TOP", "HACKED")).code).toBe("permission_denied");
+    }
+    expect(await backend.read("/real/inside.txt")).toBe("     1\tinside");
+  });
+
+  it("cannot write, upload or delete through a symlink; writing over a link is refused; deleting a link removes only the link", async () => {
+    const before = await snapshot(outside);
+    expect((await backend.write("/out/new.txt", "x")).code).toBe("permission_denied");
+    expect((await backend.write("/out/sub/new.txt", "x")).code).toBe("permission_denied");
+    expect((await backend.write("/etc/strata-test", "x")).code).toBe("permission_denied");
+    expect((await backend.write("/secret-link.txt", "x", { overwrite: true })).code).toBe("permission_denied");
+    expect((await backend.write("/secret-link.txt", "x")).code).toBe("already_exists");
+    expect(await backend.uploadFiles([["/out/up.bin", bytes("x")], ["/secret-link.txt", bytes("x")]])).toEqual([
+      { path: "/out/up.bin", error: "permission_denied" },
+      { path: "/secret-link.txt", error: "permission_denied" },
+    ]);
+    expect((await backend.delete("/out/secret.txt")).code).toBe("permission_denied");
+    expect((await backend.delete("/out/sub")).code).toBe("permission_denied");
+    expect((await backend.delete("/out")).error).toBeUndefined();
+    expect((await backend.delete("/secret-link.txt")).error).toBeUndefined();
+    expect(await snapshot(outside)).toEqual(before);
+    await expect(fs.access("/etc/strata-test")).rejects.toThrow();
+  });
+
+  it("deleting a directory that holds links removes the links, not their targets", async () => {
+    await fs.mkdir(path.join(root, "tree", "inner"), { recursive: true });
+    await fs.symlink(outside, path.join(root, "tree", "inner", "link-dir"));
+    await fs.symlink(path.join(outside, "secret.txt"), path.join(root, "tree", "link-file"));
+    const before = await snapshot(outside);
+    expect((await backend.delete("/tree")).error).toBeUndefined();
+    expect(await snapshot(outside)).toEqual(before);
+    await expect(fs.lstat(path.join(root, "tree"))).rejects.toThrow();
+  });
+
+  it("lists links as entries, never as directories, and cannot list through them", async () => {
+    const listing = await backend.lsInfo("/");
+    expect(listing.map((i) => [i.path, i.is_dir])).toEqual([
+      ["/alias", false],
+      ["/etc", false],
+      ["/out", false],
+      ["/real/", true],
+      ["/secret-link.txt", false],
+    ]);
+    expect((await backend.lsInfo("/out")).map((i) => i.path)).toEqual(["/out"]);
+    expect(await code(backend.lsInfo("/out/sub"))).toBe("permission_denied");
+    expect(await code(backend.lsInfo("/etc/ssl"))).toBe("permission_denied");
+    expect(await code(backend.lsInfo("/alias/x"))).toBe("permission_denied");
+  });
+
+  it.each([true, false])("glob and grep (ripgrep: %s) skip links and refuse to start at one", async (useRipgrep) => {
+    const subject = new FilesystemBackend({ rootDir: root, useRipgrep });
+    expect((await subject.globInfo("**")).map((i) => i.path)).toEqual(["/real/inside.txt"]);
+    expect(await subject.grepRaw("SECRET")).toEqual([]);
+    expect(await subject.grepRaw("root")).toEqual([]); // /etc/passwd would match
+    expect(await code(subject.grep("SECRET", "/out"))).toBe("permission_denied");
+    expect(await code(subject.globInfo("*", "/out"))).toBe("permission_denied");
+    expect(await code(subject.grep("SECRET", "/out/sub"))).toBe("permission_denied");
+  });
+});
+
+describe("races", () => {
+  it("a directory swapped for a symlink in a tight loop never lets an operation reach outside the root", async () => {
+    await fs.mkdir(path.join(root, "real", "deep", "a"), { recursive: true });
+    await fs.mkdir(path.join(outside, "deep", "a"), { recursive: true });
+    for (const dir of [path.join(root, "real"), outside]) {
+      await fs.writeFile(path.join(dir, "target.txt"), dir === outside ? "TOP SECRET target\n" : "inside target\n");
+      await fs.writeFile(path.join(dir, "victim.txt"), dir === outside ? "TOP SECRET victim\n" : "inside victim\n");
+      await fs.writeFile(path.join(dir, "deep", "a", "f.txt"), dir === outside ? "TOP SECRET f\n" : "inside f\n");
+    }
+    await fs.symlink(outside, path.join(root, "evil"));
+    const before = await snapshot(outside);
+
+    // A separate process swaps /sw between the real directory and the symlink as fast as it can.
+    const swapper = `
+      const fs = require("fs"); const [root, ms] = [process.argv[1], Number(process.argv[2])];
+      const sw = root + "/sw", end = Date.now() + ms; let swaps = 0;
+      const move = (a, b) => { try { fs.renameSync(a, b); return true; } catch { return false; } };
+      while (Date.now() < end) {
+        if (move(root + "/real", sw)) { swaps++; move(sw, root + "/real"); }
+        else if (fs.existsSync(sw) && !fs.lstatSync(sw).isSymbolicLink()) fs.rmSync(sw, { recursive: true, force: true });
+        if (move(root + "/evil", sw)) { swaps++; move(sw, root + "/evil"); }
+      }
+      process.stdout.write(String(swaps));`;
+    const child = spawn(process.execPath, ["-e", swapper, root, "1500"], { stdio: ["ignore", "pipe", "inherit"] });
+    let swapOutput = "";
+    child.stdout.on("data", (chunk: Buffer) => (swapOutput += chunk.toString()));
+    const exited = new Promise((resolve) => child.on("close", resolve));
+    let running = true;
+    void exited.then(() => (running = false));
+
+    const seen: string[] = [];
+    let insideReads = 0;
+    let refusals = 0;
+    const grepper = new FilesystemBackend({ rootDir: root, useRipgrep: false });
+    while (running) {
+      const results = await Promise.all([
+        backend.read("/sw/target.txt"),
+        backend.read("/sw/deep/a/f.txt"),
+        backend.write("/sw/target.txt", "overwritten\n", { overwrite: true }),
+        backend.write("/sw/deep/a/new.txt", "new\n"),
+        backend.edit("/sw/victim.txt", "victim", "edited"),
+        backend.delete("/sw/victim.txt"),
+        backend.delete("/sw/deep/a/f.txt"),
+        backend.uploadFiles([["/sw/deep/up.txt", bytes("up")]]),
+        backend.downloadFiles(["/sw/target.txt", "/sw/deep/a/f.txt"]).then((d) => d.map((x) => new TextDecoder().decode(x.content ?? new Uint8Array()))),
+        backend.lsInfo("/sw").catch(String),
+        backend.lsInfo("/sw/deep/a").catch(String),
+        backend.globInfo("**", "/sw").catch(String),
+        backend.grep("SECRET", "/sw").catch(String),
+        grepper.grep("SECRET").catch(String),
+        backend.grep("SECRET").catch(String),
+        backend.readRaw("/sw/target.txt").catch(String),
+      ]);
+      if (/^ {5}1\t(inside target|overwritten)$/.test(String(results[0]))) insideReads++;
+      if (String(results[0]).includes("symlinks are not followed")) refusals++;
+      seen.push(JSON.stringify(results));
+    }
+    await exited;
+    expect(Number(swapOutput)).toBeGreaterThan(100);
+    expect(seen.length).toBeGreaterThan(10);
+    expect(insideReads).toBeGreaterThan(0); // the real directory was reachable while it was in place
+    expect(refusals).toBeGreaterThan(0); // and the symlink was met, and refused
+    for (const result of seen) {
+      expect(result).not.toContain("SECRET");
+      expect(result).not.toContain("outside-only");
+      expect(result).not.toContain(root);
+    }
+    expect(await snapshot(outside)).toEqual(before);
+  });
+});
+
+describe("atomic writes", () => {
+  it("concurrent creators of one path: exactly one wins, the file holds its content", async () => {
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => backend.write("/race.txt", `writer ${i}`)));
+    const winners = results.filter((r) => r.error === undefined);
+    expect(winners).toHaveLength(1);
+    expect(results.filter((r) => r.code === "already_exists")).toHaveLength(19);
+    const content = await fs.readFile(path.join(root, "race.txt"), "utf8");
+    expect(results[Number(content.split(" ")[1])]!.error).toBeUndefined();
+  });
+
+  it("never clobbers a file another process creates at the same moment", async () => {
+    for (let round = 0; round < 100; round++) {
+      const name = `f${round}.txt`;
+      const theirs = fs.writeFile(path.join(root, name), "theirs", { flag: "wx" }).then(
+        () => true,
+        () => false,
+      );
+      const ours = backend.write(`/${name}`, "ours");
+      const [theirsWon, ourResult] = await Promise.all([theirs, ours]);
+      const oursWon = ourResult.error === undefined;
+      expect(oursWon !== theirsWon, `round ${round}`).toBe(true);
+      expect(await fs.readFile(path.join(root, name), "utf8")).toBe(oursWon ? "ours" : "theirs");
+    }
+  });
+
+  it("readers see the old or the new content, never a torn file; no temp files are left", async () => {
+    const size = 2 * 1024 * 1024;
+    await backend.write("/big.txt", "a".repeat(size));
+    let writing = true;
+    const writer = (async () => {
+      for (let i = 0; i < 20; i++) await backend.write("/big.txt", (i % 2 ? "a" : "b").repeat(size), { overwrite: true });
+      writing = false;
+    })();
+    let reads = 0;
+    while (writing) {
+      const content = await fs.readFile(path.join(root, "big.txt"), "utf8");
+      expect(content.length).toBe(size);
+      expect(content === "a".repeat(size) || content === "b".repeat(size)).toBe(true);
+      reads++;
+    }
+    await writer;
+    expect(reads).toBeGreaterThan(0);
+    expect(await fs.readdir(root)).toEqual(["big.txt"]);
+  });
+
+  it("edit and overwrite keep the file's permission bits", async () => {
+    await backend.write("/script.sh", "echo one\n");
+    await fs.chmod(path.join(root, "script.sh"), 0o750);
+    expect((await backend.edit("/script.sh", "one", "two")).occurrences).toBe(1);
+    expect((await fs.stat(path.join(root, "script.sh"))).mode & 0o777).toBe(0o750);
+    await backend.write("/script.sh", "echo three\n", { overwrite: true });
+    expect((await fs.stat(path.join(root, "script.sh"))).mode & 0o777).toBe(0o750);
+    expect(await fs.readFile(path.join(root, "script.sh"), "utf8")).toBe("echo three\n");
+  });
+});
+
+describe("no host path in any result or error", () => {
+  it("covers every error path, including filesystem errors", async () => {
+    await backend.write("/file.txt", "x");
+    await backend.write("/dir/inner.txt", "x");
+    await backend.uploadFiles([["/bin.dat", Uint8Array.from([0, 1, 2, 255])]]);
+    await fs.symlink("/etc", path.join(root, "link"));
+    spawnSync("mkfifo", [path.join(root, "fifo")]);
+    const outputs: unknown[] = [];
+    const collect = async (promise: Promise<unknown>) => {
+      try {
+        outputs.push(await promise);
+      } catch (error) {
+        outputs.push(error instanceof Error ? [error.message, String(error.cause ?? "")] : error);
+      }
+    };
+    for (const p of ["/missing.txt", "/dir", "/bin.dat", "/file.txt/child", "/link/passwd", "/link", "/fifo", "/", "/dir/inner.txt/x/y"]) {
+      await collect(backend.read(p));
+      await collect(backend.readRaw(p));
+      await collect(backend.write(p, "y"));
+      await collect(backend.write(p, "y", { overwrite: true }));
+      await collect(backend.edit(p, "x", "y"));
+      await collect(backend.delete(`${p}/nope`));
+      await collect(backend.lsInfo(`${p}/sub`));
+      await collect(backend.grep("x", p));
+      await collect(backend.globInfo("*", p));
+      await collect(backend.uploadFiles([[`${p}/u`, bytes("u")]]));
+      await collect(backend.downloadFiles([p]));
+    }
+    const broken = new FilesystemBackend({ rootDir: path.join(root, "file.txt", "below-a-file") });
+    await collect(broken.read("/x"));
+    await collect(broken.lsInfo("/"));
+    const text = JSON.stringify(outputs);
+    expect(text).toContain("not found");
+    expect(text).toContain("is a directory");
+    expect(text).toContain("binary file");
+    expect(text).toContain("symlinks are not followed");
+    expect(text).toContain("Permission denied: '/fifo'");
+    expect(text).toContain("cannot be opened");
+    for (const hostPath of [root, await fs.realpath(root), os.tmpdir(), "/proc/", "strata-fs-test"]) expect(text).not.toContain(hostPath);
+  });
+});
+
+describe("read streams large files", () => {
+  // Over the 8 MiB whole-file limit, with CRLF, long lines, unicode, blank lines, a CR at a chunk edge.
+  const lines: string[] = [];
+  for (let i = 0, length = 0; length < 20 * 1024 * 1024; i++) {
+    if (i % 997 === 0) lines.push(`${"long ".repeat(1000)}${i}`);
+    else if (i % 7 === 0) lines.push("");
+    else if (i % 5 === 0) lines.push(`crlf ${i} ünï 🚀\r`);
+    else lines.push(`line ${i} ${"x".repeat(i % 120)}`);
+    length += lines.at(-1)!.length + 1;
+  }
+  const text = lines.join("\n");
+
+  it.each([
+    ["no final newline", text],
+    ["a final newline", `${text}\n`],
+    ["a final CRLF", `${text}\r\n`],
+  ])("matches formatRead exactly with %s", async (_, content) => {
+    await fs.writeFile(path.join(root, "big.txt"), content);
+    const total = lines.length;
+    const windows: Array<[number, number]> = [
+      [0, 2000],
+      [1, 5],
+      [996, 3],
+      [12_345, 100],
+      [Math.floor(total / 2), 2000],
+      [total - 3, 10],
+      [total - 1, 1],
+      [total, 1],
+      [total + 5, 10],
+    ];
+    // Windows starting right after each 1 MiB chunk edge.
+    const buffer = Buffer.from(content);
+    for (let edge = 1 << 20; edge < buffer.length; edge += 1 << 20) {
+      let line = 0;
+      for (let i = buffer.indexOf(10); i !== -1 && i < edge; i = buffer.indexOf(10, i + 1)) line++;
+      windows.push([Math.max(0, line - 1), 3]);
+    }
+    for (const [offset, limit] of windows) {
+      const expected = (() => {
+        try {
+          return formatRead(content, "/big.txt", offset, limit);
+        } catch (error) {
+          return `Error: ${(error as Error).message}`;
+        }
+      })();
+      expect(await backend.read("/big.txt", offset, limit), `offset ${offset} limit ${limit}`).toBe(expected);
+    }
+  });
+
+  it("holds only the requested lines: a window deep in a 50 MB file", async () => {
+    const handle = await fs.open(path.join(root, "huge.log"), "w");
+    const block = Array.from({ length: 10_000 }, (_, i) => `entry ${i} ${"y".repeat(40)}`).join("\n") + "\n";
+    for (let i = 0; i < 100; i++) await handle.write(block); // ~53 MB, 1,000,000 lines
+    await handle.close();
+    const before = process.memoryUsage();
+    const out = await backend.read("/huge.log", 999_900, 100);
+    const after = process.memoryUsage();
+    expect(out.split("\n")).toHaveLength(100);
+    expect(out.split("\n")[0]).toBe(`999901\tentry 9900 ${"y".repeat(40)}`);
+    expect(after.arrayBuffers + after.heapUsed - (before.arrayBuffers + before.heapUsed)).toBeLessThan(50 * 1024 * 1024);
+  });
+
+  it("reports a large binary file and keeps CRLF handling for a CR split across chunks", async () => {
+    await fs.writeFile(path.join(root, "blob.bin"), Buffer.concat([Buffer.alloc(9 * 1024 * 1024, 65), Buffer.from([0])]));
+    expect(await backend.read("/blob.bin")).toMatch(/^Error: '\/blob.bin' is a binary file \(9437185 bytes\)/);
+    const edge = Buffer.concat([Buffer.alloc((1 << 20) - 1, 97), Buffer.from("\r\nafter\r\n"), Buffer.alloc(9 << 20, 98)]);
+    await fs.writeFile(path.join(root, "edge.txt"), edge);
+    expect(await backend.read("/edge.txt", 1, 1)).toBe("     2\tafter");
+    expect((await backend.read("/edge.txt", 0, 1)).endsWith("… [line truncated: 1048575 characters]")).toBe(true);
+  });
+});
+
+describe("grep: ripgrep and the JS engine agree", () => {
+  it("on a generated tree with CRLF, binary, invalid UTF-8, BOM, unicode, spaces, dotfiles, deep dirs and big files", async () => {
+    const files: Array<[string, Uint8Array]> = [
+      ["/a.txt", bytes("needle\nhay\nneedle again")],
+      ["/crlf.txt", bytes("needle\r\nhay\r\n-e needle\r\n")],
+      ["/bin.dat", Uint8Array.from([...bytes("needle\n"), 0, ...bytes("needle")])],
+      ["/late-nul.txt", Uint8Array.from([...bytes("needle\n".repeat(50_000)), 0])],
+      ["/latin1.txt", Uint8Array.from([...bytes("needle "), 0xe9])],
+      ["/bom.txt", bytes("\uFEFFneedle first\nneedle")],
+      ["/utf16.txt", Uint8Array.from([0xff, 0xfe, ...Buffer.from("needle", "utf16le")])],
+      ["/ünï/文件 🚀.md", bytes("ß needle ß\n日本 needle")],
+      ["/with space/file name.txt", bytes("a needle b")],
+      ["/.hidden/.env", bytes("NEEDLE\nneedle")],
+      ["/.gitignore", bytes("*.txt\nneedle\n")],
+      ["/report..final.md", bytes("needle")],
+      ["/app/[...slug].tsx", bytes("// needle")],
+      ["/-rf", bytes("needle -rf")],
+      ["/new\nline.txt", bytes("needle in a newline name")],
+      [`/${Array.from({ length: 30 }, (_, i) => `d${i}`).join("/")}/leaf.ts`, bytes("deep needle")],
+      ["/empty.txt", new Uint8Array()],
+      ["/cr-only.txt", bytes("needle\rstill one line\rneedle")],
+    ];
+    for (let i = 0; i < 50; i++) files.push([`/many/${i}.ts`, bytes(`${"filler\n".repeat(i)}needle ${i}\n`)]);
+    // Over the whole-file limit: matches on both sides of 1 MiB chunk edges, CRLF, a huge line.
+    const big = Array.from({ length: 400_000 }, (_, i) => (i % 9_999 === 0 ? `needle at ${i}\r` : `line ${i}`)).join("\n");
+    files.push(["/big/huge.log", bytes(`${big}\n${"z".repeat(3_000_000)}needle${"z".repeat(100)}`)]);
+
+    const jsEngine = new FilesystemBackend({ rootDir: root, useRipgrep: false });
+    const rgEngine = new FilesystemBackend({ rootDir: root });
+    const reference = new StateBackend();
+    for (const [p, content] of files) {
+      expect((await rgEngine.uploadFiles([[p, content]]))[0]!.error, p).toBeNull();
+      await reference.uploadFiles([[p, content]]);
+    }
+    if (rgOnPath || process.env.STRATA_SERVICES_REQUIRED === "1") expect(await rgEngine.usesRipgrep()).toBe(true);
+    expect(await jsEngine.usesRipgrep()).toBe(false);
+
+    const cases: Array<[string, string | null, string | null, number | undefined]> = [
+      ["needle", null, null, undefined],
+      ["needle", "/", "*.ts", undefined],
+      ["needle", "/many", "**/1*.ts", undefined],
+      ["needle", null, "*.{md,tsx,txt}", undefined],
+      ["needle", null, null, 7],
+      ["needle", "/big", null, 3],
+      ["-e needle", null, null, undefined],
+      ["\uFEFFneedle", null, null, undefined],
+      ["ß needle", null, null, undefined],
+      ["NEEDLE", null, null, undefined],
+      ["needle at 399960", null, null, undefined],
+      ["zneedlez", null, null, undefined],
+      ["absent", null, null, undefined],
+      ["needle", "/a.txt", null, undefined],
+      ["needle", "/nowhere", null, undefined],
+    ];
+    for (const [pattern, where, glob, maxCount] of cases) {
+      const label = `${pattern} in ${where} glob ${glob} max ${maxCount}`;
+      const expected = await reference.grep(pattern, where, glob, { maxCount });
+      expect(await jsEngine.grep(pattern, where, glob, { maxCount }), `js: ${label}`).toEqual(expected);
+      expect(await rgEngine.grep(pattern, where, glob, { maxCount }), `rg: ${label}`).toEqual(expected);
+    }
+    const all = (await rgEngine.grep("needle")).matches;
+    const paths = new Set(all.map((m: GrepMatch) => m.path));
+    for (const skipped of ["/bin.dat", "/late-nul.txt", "/latin1.txt", "/utf16.txt"]) expect(paths.has(skipped)).toBe(false);
+    expect(all.filter((m) => m.path === "/big/huge.log").map((m) => m.line)).toEqual([
+      ...Array.from({ length: 41 }, (_, k) => k * 9_999 + 1),
+      400_001,
+    ]);
+    expect(all.find((m) => m.path === "/crlf.txt")).toEqual({ path: "/crlf.txt", line: 1, text: "needle" });
+    expect(paths.has("/new\nline.txt")).toBe(true);
+  });
+});
+
+describe("glob", () => {
+  it("walks only the pattern's root, returns files with sizes, skips links and special files", async () => {
+    await backend.uploadFiles([
+      ["/src/a.ts", bytes("aa")],
+      ["/src/lib/b.ts", bytes("bbb")],
+      ["/docs/c.md", bytes("c")],
+    ]);
+    await fs.symlink(path.join(root, "src"), path.join(root, "src-link"));
+    await fs.symlink(path.join(root, "src", "a.ts"), path.join(root, "src", "a-link.ts"));
+    spawnSync("mkfifo", [path.join(root, "src", "pipe.ts")]);
+    const found = await backend.globInfo("**/*.ts");
+    expect(found.map((f) => [f.path, f.size, f.is_dir])).toEqual([
+      ["/src/a.ts", 2, false],
+      ["/src/lib/b.ts", 3, false],
+    ]);
+    expect(found[0]!.modified_at).toMatch(/^\d{4}-\d\d-\d\dT/);
+    expect((await backend.globInfo("src/lib/*")).map((f) => f.path)).toEqual(["/src/lib/b.ts"]);
+  });
+});
+
+describe("special files", () => {
+  it("refuses to read a FIFO without blocking, and lists it", async () => {
+    spawnSync("mkfifo", [path.join(root, "pipe")]);
+    expect(await backend.read("/pipe")).toBe("Error: Permission denied: '/pipe'");
+    expect((await backend.downloadFiles(["/pipe"]))[0]!.error).toBe("permission_denied");
+    expect(await backend.grepRaw("x")).toEqual([]);
+    expect((await backend.lsInfo("/")).map((i) => i.path)).toEqual(["/pipe"]);
+  });
+});
+
+describe("hostile names on disk", () => {
+  it.each(["/new\nline.txt", "/tab\there.md", "/ünï/文件 🚀.txt", "/report..final.md", "/app/[...slug].tsx", "/-rf", "/ lead and trail ", "/back`tick`$(x)"])(
+    "%j round-trips",
+    async (p) => {
+      expect((await backend.write(p, "needle\n")).error).toBeUndefined();
+      expect(await fs.readFile(path.join(root, ...p.slice(1).split("/")), "utf8")).toBe("needle\n");
+      expect(await backend.read(p)).toBe("     1\tneedle");
+      expect((await backend.globInfo("**")).map((f) => f.path)).toEqual([p]);
+      expect(await backend.grepRaw("needle")).toEqual([{ path: p, line: 1, text: "needle" }]);
+      expect(await new FilesystemBackend({ rootDir: root, useRipgrep: false }).grepRaw("needle")).toEqual([{ path: p, line: 1, text: "needle" }]);
+      expect((await backend.delete(p)).error).toBeUndefined();
+    },
+  );
+});
+
+describe("maxFileSize", () => {
+  it("refuses larger writes, uploads and edits, and still reads a larger file", async () => {
+    const small = new FilesystemBackend({ rootDir: root, maxFileSize: 10 });
+    expect((await small.write("/big.txt", "12345678901")).code).toBe("too_large");
+    expect(await small.uploadFiles([["/big.bin", new Uint8Array(11)]])).toEqual([{ path: "/big.bin", error: "permission_denied" }]);
+    expect((await small.write("/ok.txt", "1234567890")).error).toBeUndefined();
+    expect((await small.edit("/ok.txt", "0", "00")).code).toBe("too_large");
+    expect(await fs.readFile(path.join(root, "ok.txt"), "utf8")).toBe("1234567890");
+    await fs.writeFile(path.join(root, "host.txt"), "a line longer than ten bytes\n");
+    expect(await small.read("/host.txt")).toBe("     1\ta line longer than ten bytes");
+    await expect(fs.access(path.join(root, "big.txt"))).rejects.toThrow();
+  });
+});
+
+describe("host-path mode (virtualMode: false)", () => {
+  it("takes host paths under the root, answers in host paths, refuses everything outside", async () => {
+    const host = new FilesystemBackend({ rootDir: root, virtualMode: false });
+    const file = path.join(root, "src", "a.ts");
+    expect(await host.write(file, "needle\n")).toEqual({ path: file, filesUpdate: null });
+    expect(await host.read(file)).toBe("     1\tneedle");
+    expect(await host.lsInfo(root)).toMatchObject([{ path: `${path.join(root, "src")}/`, is_dir: true }]);
+    expect((await host.globInfo("**/*.ts", root)).map((f) => f.path)).toEqual([file]);
+    expect((await host.globInfo(`${root}/src/*.ts`)).map((f) => f.path)).toEqual([file]);
+    expect(await host.grepRaw("needle")).toEqual([{ path: file, line: 1, text: "needle" }]);
+    expect(await host.read("/a.ts")).toMatch(/^Error: Invalid path '\/a.ts': it lies outside the root directory/);
+    expect((await host.write(path.join(outside, "x.txt"), "x")).code).toBe("invalid_path");
+    expect((await host.write(`${root}/../outside/x.txt`, "x")).code).toBe("invalid_path");
+    expect((await host.delete(root)).code).toBe("permission_denied");
+    await expect(fs.access(path.join(outside, "x.txt"))).rejects.toThrow();
+    expect(await new FilesystemBackend({ rootDir: root }).read("/src/a.ts")).toBe("     1\tneedle");
+  });
+});
+
+describe("performance sanity", () => {
+  it("globs a 5,000-file tree quickly with few open descriptors", async () => {
+    for (let d = 0; d < 50; d++) {
+      const dir = path.join(root, `pkg${d}`, "src", "lib");
+      await fs.mkdir(dir, { recursive: true });
+      await Promise.all(Array.from({ length: 100 }, (_, f) => fs.writeFile(path.join(dir, `f${f}.${f % 2 ? "ts" : "js"}`), "x")));
+    }
+    const started = performance.now();
+    const found = await backend.globInfo("**/*.ts");
+    const elapsed = performance.now() - started;
+    expect(found).toHaveLength(2500);
+    expect(elapsed).toBeLessThan(5000);
+    const fds = await fs.readdir("/proc/self/fd");
+    expect(fds.length).toBeLessThan(100); // nothing leaked
+    expect(constants.O_NOFOLLOW).toBeGreaterThan(0);
+  });
+});

@@ -1,0 +1,17 @@
+import { afterAll } from "vitest";
+import { runConformance } from "../conformance/index.js";
+import { SharedContainer, dockerService } from "./support/sandbox-services.js";
+
+const { images } = dockerService();
+
+for (const [name, image] of Object.entries(images)) {
+  // One container per image; every test gets a fresh workspace directory in it.
+  const shared = new SharedContainer(image);
+  afterAll(() => shared.dispose());
+  runConformance({
+    name: `DockerSandbox (${name})`,
+    create: () => shared.fresh(),
+    destroy: (sandbox) => sandbox.close(),
+    capabilities: { execute: true },
+  });
+}

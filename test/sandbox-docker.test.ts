@@ -1,0 +1,297 @@
+/**
+ * DockerSandbox against the real test daemon (scripts/services/30-docker.sh),
+ * on both test images: BusyBox and GNU userlands. One container per image;
+ * each test works in a fresh workspace directory inside it.
+ */
+import { randomUUID } from "node:crypto";
+import Docker from "dockerode";
+import { afterAll, describe, expect, it } from "vitest";
+import { isStrataError } from "../core/errors.js";
+import { DockerSandbox } from "../sandboxes/docker.js";
+import { SharedContainer, TEST_LABELS, dockerService } from "./support/sandbox-services.js";
+
+const { socket, images } = dockerService();
+const bytes = (text: string) => new TextEncoder().encode(text);
+const text = (data: Uint8Array | null) => new TextDecoder().decode(data ?? new Uint8Array());
+
+/** The rejection of a promise (fails the test when it resolves). */
+async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error("expected a rejection");
+}
+
+/** Lines of `ps` inside the container that mention `marker`, polled until none is left or `seconds` pass. */
+async function processesInside(sandbox: DockerSandbox, marker: string, seconds = 3): Promise<string[]> {
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const { output } = await sandbox.execute("ps -o pid,stat,args");
+    const found = output.split("\n").filter((line) => line.includes(marker));
+    if (found.length === 0 || Date.now() > deadline) return found;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+for (const [flavour, image] of Object.entries(images)) {
+  describe(`DockerSandbox (${flavour})`, () => {
+    const shared = new SharedContainer(image);
+    afterAll(() => shared.dispose());
+
+    describe("execute", () => {
+      it("runs a command in the workspace and reports output, exit code and truncation", async () => {
+        const sandbox = await shared.fresh();
+        expect(await sandbox.execute("echo hello; pwd")).toEqual({ output: `hello\n${sandbox.workspace}\n`, exitCode: 0, truncated: false });
+      });
+
+      it("reports exit codes: explicit, failing command, missing command, killed by a signal", async () => {
+        const sandbox = await shared.fresh();
+        expect((await sandbox.execute("exit 3")).exitCode).toBe(3);
+        expect((await sandbox.execute("false")).exitCode).toBe(1);
+        const missing = await sandbox.execute("no-such-command-here");
+        expect(missing.exitCode).toBe(127);
+        expect(missing.output).toMatch(/not found/);
+        expect((await sandbox.execute("kill -9 $$")).exitCode).toBe(137);
+      });
+
+      it("combines stdout and stderr in the order they were written", async () => {
+        const sandbox = await shared.fresh();
+        const result = await sandbox.execute("for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; done");
+        expect(result.output).toBe("out1\nerr1\nout2\nerr2\nout3\nerr3\nout4\nerr4\nout5\nerr5\n");
+      });
+
+      it("feeds stdin, text or bytes, and gives end-of-file after it", async () => {
+        const sandbox = await shared.fresh();
+        expect((await sandbox.execute("cat; echo end", { stdin: "line one\nline two\n" })).output).toBe("line one\nline two\nend\n");
+        const big = new Uint8Array(3 * 1024 * 1024).fill(120);
+        expect((await sandbox.execute("wc -c", { stdin: big })).output.trim()).toBe(String(big.length));
+        // Without stdin the command reads end-of-file at once instead of hanging.
+        expect((await sandbox.execute("cat; echo none", { timeout: 10 })).output).toBe("none\n");
+      });
+
+      it("passes environment variables exactly, the call's over the sandbox's", async () => {
+        const base = await shared.fresh();
+        const sandbox = await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, env: { A: "from-sandbox", B: "kept" } });
+        const value = `spaces  'quotes' "double" $HOME \`tick\`\nnew line`;
+        const result = await sandbox.execute('printf "%s|%s|%s" "$A" "$B" "$ODD"', { env: { A: "from-call", ODD: value } });
+        expect(result.output).toBe(`from-call|kept|${value}`);
+        await expect(sandbox.execute("true", { env: { "BAD NAME": "x" } })).rejects.toMatchObject({ code: "invalid_argument" });
+      });
+
+      it("runs in a virtual cwd; a missing or hostile cwd is a typed error", async () => {
+        const sandbox = await shared.fresh();
+        await sandbox.execute("mkdir -p sub/deeper");
+        expect((await sandbox.execute("pwd", { cwd: "/sub/deeper" })).output).toBe(`${sandbox.workspace}/sub/deeper\n`);
+        const missing = await rejection(sandbox.execute("pwd", { cwd: "/nope" }));
+        expect(isStrataError(missing, "file_not_found")).toBe(true);
+        expect((missing as Error).message).not.toContain(sandbox.workspace);
+        await expect(sandbox.execute("pwd", { cwd: "/../etc" })).rejects.toMatchObject({ code: "invalid_path" });
+      });
+
+      it("kills the whole process tree at the timeout (exit 124), even a child that left the group", async () => {
+        const sandbox = await shared.fresh();
+        const marker = `47${Math.floor(Math.random() * 1e6)}`;
+        const started = Date.now();
+        const result = await sandbox.execute(`sleep ${marker}1 & setsid sleep ${marker}2 & echo started; sleep ${marker}3`, { timeout: 1 });
+        expect(Date.now() - started).toBeLessThan(4000);
+        expect(result.exitCode).toBe(124);
+        expect(result.output).toMatch(/^started\n\n\[Command timed out after 1 s/);
+        expect(await processesInside(sandbox, marker)).toEqual([]);
+        expect((await sandbox.execute("echo still-usable")).output).toBe("still-usable\n");
+      });
+
+      it("does not wait for a background child that keeps the output open", async () => {
+        const sandbox = await shared.fresh();
+        const marker = `58${Math.floor(Math.random() * 1e6)}`;
+        const started = Date.now();
+        const result = await sandbox.execute(`sleep ${marker} & echo back`);
+        expect(Date.now() - started).toBeLessThan(1500);
+        expect(result).toEqual({ output: "back\n", exitCode: 0, truncated: false });
+        expect(await processesInside(sandbox, marker)).toEqual([]);
+      });
+
+      it("leaves alone a background process whose output goes elsewhere", async () => {
+        const sandbox = await shared.fresh();
+        const marker = `69${Math.floor(Math.random() * 1e6)}`;
+        expect((await sandbox.execute(`sleep ${marker} >/dev/null 2>&1 & echo started`)).output).toBe("started\n");
+        const [survivor, ...others] = await processesInside(sandbox, marker, 0);
+        expect(others).toEqual([]);
+        await sandbox.execute(`kill ${survivor!.trim().split(/\s+/)[0]}`);
+      });
+
+      it("caps output at the sandbox's limit or the call's, keeping the head", async () => {
+        const base = await shared.fresh();
+        const sandbox = await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, maxOutputBytes: 1000 });
+        const capped = await sandbox.execute("echo first; head -c 5000 /dev/zero | tr '\\0' y; echo; echo last");
+        expect(capped.truncated).toBe(true);
+        expect(capped.output).toBe(`first\n${"y".repeat(994)}`);
+        expect(capped.exitCode).toBe(0);
+        const wider = await sandbox.execute("head -c 3000 /dev/zero | tr '\\0' z", { maxOutputBytes: 4000 });
+        expect(wider).toEqual({ output: "z".repeat(3000), exitCode: 0, truncated: false });
+      });
+
+      it("stops a command that writes endlessly, past 64 times the limit", async () => {
+        const base = await shared.fresh();
+        const sandbox = await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, maxOutputBytes: 1024 });
+        const result = await sandbox.execute("yes", { timeout: 60 });
+        expect(result.truncated).toBe(true);
+        expect(result.output).toMatch(/\[Command killed: it wrote more than 65536 bytes of output\]$/);
+        expect(await processesInside(sandbox, " yes")).toEqual([]);
+      });
+
+      it("rejects with the abort reason and kills the command when aborted", async () => {
+        const sandbox = await shared.fresh();
+        const marker = `81${Math.floor(Math.random() * 1e6)}`;
+        const controller = new AbortController();
+        setTimeout(() => controller.abort(new Error("stop it")), 300);
+        await expect(sandbox.execute(`sleep ${marker}`, { signal: controller.signal })).rejects.toThrow("stop it");
+        expect(await processesInside(sandbox, marker)).toEqual([]);
+      });
+
+      it("has no network, a read-only system and a private writable /tmp", async () => {
+        const sandbox = await shared.fresh();
+        expect((await sandbox.execute("ls /sys/class/net")).output).toBe("lo\n");
+        const result = await sandbox.execute("touch /etc/x 2>/dev/null || echo etc-read-only; touch /tmp/x && echo tmp-ok");
+        expect(result.output).toBe("etc-read-only\ntmp-ok\n");
+      });
+    });
+
+    describe("files", () => {
+      it("uploads 1000 files in one archive transfer and reads them back", async () => {
+        const sandbox = await shared.fresh();
+        const files = Array.from({ length: 1000 }, (_, i) => [`/batch/d${i % 10}/file-${i}.txt`, bytes(`content ${i}\n`)] as const);
+        const before = { ...sandbox.stats };
+        const responses = await sandbox.uploadFiles(files);
+        expect(sandbox.stats.putArchives - before.putArchives).toBe(1);
+        expect(sandbox.stats.execs - before.execs).toBe(0);
+        expect(responses).toEqual(files.map(([path]) => ({ path, error: null })));
+        expect((await sandbox.execute("find batch -type f | wc -l")).output.trim()).toBe("1000");
+        const downloaded = await sandbox.downloadFiles(["/batch/d7/file-457.txt", "/batch/d0/file-0.txt"]);
+        expect(downloaded.map((r) => text(r.content))).toEqual(["content 457\n", "content 0\n"]);
+      });
+
+      it("answers a mixed batch per item, in order, and never replaces a directory", async () => {
+        const sandbox = await shared.fresh();
+        await sandbox.uploadFiles([
+          ["/dir/inside.txt", bytes("keep me")],
+          ["/plain.txt", bytes("a file")],
+        ]);
+        const responses = await sandbox.uploadFiles([
+          ["/ok-1.txt", bytes("one")],
+          ["/dir", bytes("would clobber a directory")],
+          ["/../escape.txt", bytes("no")],
+          ["/plain.txt/child.txt", bytes("under a file")],
+          ["/", bytes("the root")],
+          ["/ok-2.txt", bytes("two")],
+        ]);
+        expect(responses).toEqual([
+          { path: "/ok-1.txt", error: null },
+          { path: "/dir", error: "is_directory" },
+          { path: "/../escape.txt", error: "invalid_path" },
+          { path: "/plain.txt/child.txt", error: "invalid_path" },
+          { path: "/", error: "is_directory" },
+          { path: "/ok-2.txt", error: null },
+        ]);
+        const back = await sandbox.downloadFiles(["/dir/inside.txt", "/plain.txt", "/ok-1.txt", "/ok-2.txt"]);
+        expect(back.map((r) => text(r.content))).toEqual(["keep me", "a file", "one", "two"]);
+      });
+
+      it("round-trips every byte value and overwrites on upload", async () => {
+        const sandbox = await shared.fresh();
+        const all = Uint8Array.from({ length: 256 * 4 }, (_, i) => i % 256);
+        await sandbox.uploadFiles([["/bin.dat", bytes("old")]]);
+        expect(await sandbox.uploadFiles([["/bin.dat", all]])).toEqual([{ path: "/bin.dat", error: null }]);
+        const [back] = await sandbox.downloadFiles(["/bin.dat"]);
+        expect(back!.content).toEqual(all);
+        expect((await sandbox.execute("wc -c < bin.dat")).output.trim()).toBe("1024");
+      });
+
+      it("downloads: missing, directory, under a file, hostile path, and follows a symlink", async () => {
+        const sandbox = await shared.fresh();
+        await sandbox.uploadFiles([["/real/target.txt", bytes("through the link")]]);
+        await sandbox.execute("ln -s real/target.txt link.txt && ln -s real linkdir");
+        const responses = await sandbox.downloadFiles(["/missing.txt", "/real", "/real/target.txt/x", "/a/../b", "/link.txt", "/linkdir/target.txt"]);
+        expect(responses.map((r) => [r.path, r.error])).toEqual([
+          ["/missing.txt", "file_not_found"],
+          ["/real", "is_directory"],
+          ["/real/target.txt/x", "file_not_found"],
+          ["/a/../b", "invalid_path"],
+          ["/link.txt", null],
+          ["/linkdir/target.txt", null],
+        ]);
+        expect(text(responses[4]!.content)).toBe("through the link");
+        expect(text(responses[5]!.content)).toBe("through the link");
+      });
+
+      it("serves the derived file operations from the same workspace", async () => {
+        const sandbox = await shared.fresh();
+        expect(await sandbox.write("/notes/a.md", "alpha\nbeta\n")).toMatchObject({ path: "/notes/a.md" });
+        expect((await sandbox.execute("cat notes/a.md")).output).toBe("alpha\nbeta\n");
+        expect(await sandbox.edit("/notes/a.md", "beta", "gamma")).toMatchObject({ occurrences: 1 });
+        expect((await sandbox.grep("gamma")).matches).toEqual([{ path: "/notes/a.md", line: 2, text: "gamma" }]);
+        expect(await sandbox.lsInfo("/")).toEqual([{ path: "/notes/", is_dir: true }]);
+      });
+    });
+
+    describe("lifecycle", () => {
+      it("reattaches to the container by id and sees the same files", async () => {
+        const first = await shared.fresh();
+        await first.uploadFiles([["/kept.txt", bytes("still here")]]);
+        const again = await DockerSandbox.attach(first.id, { docker: socket, workDir: first.workspace });
+        expect(again.id).toBe(first.id);
+        expect(text((await again.downloadFiles(["/kept.txt"]))[0]!.content)).toBe("still here");
+        await first.close();
+        // Closing an attached sandbox leaves the container running for the others.
+        expect((await again.execute("cat kept.txt")).output).toBe("still here");
+      });
+
+      it("fails every operation with sandbox_closed after close, and close is idempotent", async () => {
+        const sandbox = await shared.fresh();
+        await sandbox.close();
+        await sandbox.close();
+        await expect(sandbox.execute("echo hi")).rejects.toMatchObject({ code: "sandbox_closed" });
+        await expect(sandbox.uploadFiles([["/a", bytes("x")]])).rejects.toMatchObject({ code: "sandbox_closed" });
+        await expect(sandbox.downloadFiles(["/a"])).rejects.toMatchObject({ code: "sandbox_closed" });
+        await expect(sandbox.lsInfo("/")).rejects.toMatchObject({ code: "sandbox_closed" });
+      });
+
+      it("creates a container with the limits asked for and removes it (and its volume) on close", async () => {
+        const sandbox = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS, memoryMb: 300, cpus: 0.5, pidsLimit: 99 });
+        const docker = new Docker({ socketPath: socket });
+        const info = await docker.getContainer(sandbox.id).inspect();
+        expect(info.HostConfig).toMatchObject({ Memory: 300 * 1024 * 1024, NanoCpus: 5e8, PidsLimit: 99, NetworkMode: "none", ReadonlyRootfs: true });
+        expect(info.Config.Labels).toMatchObject({ "strata.sandbox": "docker", "strata.test": "1" });
+        const volumes = info.Mounts.filter((mount) => mount.Destination === "/workspace").map((mount) => mount.Name);
+        expect(volumes).toHaveLength(1);
+        await sandbox.close();
+        await expect(docker.getContainer(sandbox.id).inspect()).rejects.toMatchObject({ statusCode: 404 });
+        await expect(docker.getVolume(volumes[0]!).inspect()).rejects.toMatchObject({ statusCode: 404 });
+      });
+    });
+  });
+}
+
+describe("DockerSandbox errors", () => {
+  it("reports a missing image as unavailable", async () => {
+    const error = await rejection(DockerSandbox.create({ image: `strata-test/missing-${randomUUID()}`, docker: socket, labels: TEST_LABELS }));
+    expect(isStrataError(error, "unavailable")).toBe(true);
+    expect((error as Error).message).toMatch(/image .* is not present/);
+  });
+
+  it("reports an unreachable daemon as unavailable, without naming the socket", async () => {
+    const nowhere = `/tmp/strata-no-daemon-${randomUUID()}.sock`;
+    const error = await rejection(DockerSandbox.create({ image: images.busybox, docker: nowhere }));
+    expect(isStrataError(error, "unavailable")).toBe(true);
+    expect((error as Error).message).not.toContain(nowhere);
+  });
+
+  it("reports a container that is gone as unavailable", async () => {
+    await expect(DockerSandbox.attach(`strata-missing-${randomUUID()}`, { docker: socket })).rejects.toMatchObject({ code: "unavailable" });
+    const sandbox = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS });
+    await new Docker({ socketPath: socket }).getContainer(sandbox.id).remove({ force: true, v: true });
+    await expect(sandbox.execute("echo hi")).rejects.toMatchObject({ code: "unavailable" });
+    await sandbox.close();
+  });
+});

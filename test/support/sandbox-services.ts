@@ -1,0 +1,78 @@
+/**
+ * The Docker daemon, test images and SSH server the sandbox tests use, read
+ * from the environment scripts/services/30-docker.sh and 40-sshd.sh write to
+ * .services/env. A missing variable fails the test file (never a skip) and
+ * says which script to run.
+ */
+import { randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { DockerSandbox, type DockerSandboxOptions } from "../../sandboxes/docker.js";
+import type { SshSandboxOptions } from "../../sandboxes/ssh.js";
+import { requireService } from "./runtime-services.js";
+
+export interface DockerService {
+  /** The daemon's unix socket. */
+  socket: string;
+  images: { busybox: string; gnu: string };
+}
+
+export function dockerService(): DockerService {
+  return {
+    socket: requireService("STRATA_DOCKER_HOST", "30-docker.sh"),
+    images: {
+      busybox: requireService("STRATA_DOCKER_IMAGE_BUSYBOX", "30-docker.sh"),
+      gnu: requireService("STRATA_DOCKER_IMAGE_GNU", "30-docker.sh"),
+    },
+  };
+}
+
+/** Labels every test container carries, so 30-docker.sh can clear what a crashed run left. */
+export const TEST_LABELS = { "strata.test": "1" };
+
+/**
+ * One container per image for a whole test file; each test gets a fresh,
+ * empty workspace directory in it (attach with a new workDir), which is
+ * far faster than a container per test.
+ */
+export class SharedContainer {
+  private base: Promise<DockerSandbox> | undefined;
+
+  constructor(
+    readonly image: string,
+    private readonly options: DockerSandboxOptions = {},
+  ) {}
+
+  /** The container's own sandbox (workspace /workspace); created on first use. */
+  container(): Promise<DockerSandbox> {
+    this.base ??= DockerSandbox.create({ image: this.image, docker: dockerService().socket, labels: TEST_LABELS, ...this.options });
+    return this.base;
+  }
+
+  /** A sandbox on a fresh, empty workspace in the shared container. */
+  async fresh(options: DockerSandboxOptions = {}): Promise<DockerSandbox> {
+    const base = await this.container();
+    return DockerSandbox.attach(base.id, { docker: dockerService().socket, workDir: `/workspace/${randomUUID()}`, ...this.options, ...options });
+  }
+
+  /** Removes the container. */
+  async dispose(): Promise<void> {
+    const base = this.base;
+    this.base = undefined;
+    if (base) await (await base).close();
+  }
+}
+
+export interface SshService {
+  options: Pick<SshSandboxOptions, "host" | "port" | "username" | "privateKey" | "hostKey">;
+  /** The remote user's home: test workspaces go below it. */
+  home: string;
+}
+
+export function sshService(): SshService {
+  const host = requireService("STRATA_SSH_HOST", "40-sshd.sh");
+  const port = Number(requireService("STRATA_SSH_PORT", "40-sshd.sh"));
+  const username = requireService("STRATA_SSH_USER", "40-sshd.sh");
+  const privateKey = readFileSync(requireService("STRATA_SSH_KEY", "40-sshd.sh"));
+  const hostKey = readFileSync(requireService("STRATA_SSH_HOST_KEY", "40-sshd.sh"), "utf8");
+  return { options: { host, port, username, privateKey, hostKey }, home: `/home/${username}` };
+}
