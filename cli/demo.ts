@@ -1,0 +1,94 @@
+/**
+ * `npm run demo`: one composite workspace on embedded defaults, exercised
+ * the way an agent would, printing each call and what came back.
+ *
+ *   /            a sandbox (bubblewrap when available, else a plain local process)
+ *   /memories    StoreBackend over SQLite (a file under .strata/), kept across runs
+ *   /scratch     StateBackend, in memory
+ *   /docs        FilesystemBackend over this repository's docs/ (read-only use)
+ */
+import { mkdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { CompositeBackend } from "../backends/composite.js";
+import { FilesystemBackend } from "../backends/filesystem.js";
+import { StateBackend } from "../backends/state.js";
+import { StoreBackend } from "../backends/store.js";
+import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
+import { LocalSandbox } from "../sandboxes/local.js";
+import { SqliteStore } from "../stores/sqlite.js";
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..");
+const dataDir = join(repo, ".strata");
+mkdirSync(dataDir, { recursive: true });
+
+const step = (title: string) => console.log(`\n\x1b[1m▸ ${title}\x1b[0m`);
+const show = (value: unknown) => console.log(typeof value === "string" ? value : JSON.stringify(value, null, 2));
+
+async function main(): Promise<void> {
+  const isolated = await BubblewrapSandbox.isAvailable();
+  const sandbox = isolated ? new BubblewrapSandbox() : new LocalSandbox();
+  const store = new SqliteStore({ path: join(dataDir, "demo.db") });
+  const workspace = new CompositeBackend({
+    default: sandbox,
+    routes: {
+      "/memories": new StoreBackend({ store, namespace: ["demo", "memories"] }),
+      "/scratch": new StateBackend(),
+      "/docs": new FilesystemBackend({ rootDir: join(repo, "docs") }),
+    },
+  });
+  console.log(`Workspace: sandbox '${sandbox.id}' (${isolated ? "bubblewrap: namespaces, no network" : "local process, no isolation"}) at /, SQLite at /memories, memory at /scratch, disk at /docs`);
+
+  try {
+    step("ls /  — routes show up as directories");
+    show((await workspace.lsInfo("/")).map((info) => info.path));
+
+    step("write /app.py in the sandbox, then run it");
+    show(await workspace.write("/app.py", 'print("hello from", __name__)\n', { overwrite: true }));
+    show(await workspace.execute("ls; if command -v python3 >/dev/null; then python3 app.py; else cat app.py; fi"));
+
+    step("write the same path again without overwrite — refused, content kept");
+    show(await workspace.write("/app.py", "clobbered"));
+
+    step("edit: an ambiguous string is refused with a count, replaceAll changes every one");
+    await workspace.write("/scratch/config.ini", "debug = false\nverbose = false\n", { overwrite: true });
+    show(await workspace.edit("/scratch/config.ini", "false", "true"));
+    show(await workspace.edit("/scratch/config.ini", "false", "true", true));
+    show(await workspace.read("/scratch/config.ini"));
+
+    step("a memory in SQLite, appended to on every run");
+    const stamp = new Date().toISOString();
+    const existing = await workspace.read("/memories/log.md");
+    if (existing.startsWith("Error:")) show(await workspace.write("/memories/log.md", `# Runs\n- ${stamp}\n`));
+    else show(await workspace.edit("/memories/log.md", "# Runs\n", `# Runs\n- ${stamp}\n`));
+    show(await workspace.read("/memories/log.md", 0, 5));
+
+    step("grep fans out to every backend; the glob filter is the same dialect as glob");
+    show(await workspace.grep("hello", "/", null, { maxCount: 4 }));
+    show((await workspace.globInfo("**/*.md")).map((info) => info.path));
+
+    step("upload and download bytes across backends, answers in input order");
+    const png = Uint8Array.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 255]);
+    show(await workspace.uploadFiles([["/scratch/logo.png", png], ["/../escape", png], ["/memories/logo.png", png]]));
+    const downloads = await workspace.downloadFiles(["/memories/logo.png", "/nope"]);
+    show(downloads.map((d) => ({ path: d.path, bytes: d.content?.length ?? null, error: d.error })));
+    show(await workspace.read("/scratch/logo.png"));
+
+    step("hostile paths get invalid_path and nothing is written");
+    for (const path of ["/../etc/passwd", "~/.ssh/id_rsa", "C:\\Windows", "/a/\0b"]) {
+      const result = await workspace.write(path, "x");
+      console.log(`${JSON.stringify(path).padEnd(18)} → ${result.code}: ${result.error}`);
+    }
+
+    step("a command past its timeout is killed with exit code 124");
+    show(await workspace.execute("sleep 10", { timeout: 1 }));
+  } finally {
+    await sandbox.close();
+    await store.close();
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
