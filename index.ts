@@ -1,0 +1,21 @@
+/**
+ * strata — everything for Node in one import. Browsers and edge runtimes
+ * import `strata/core` and `strata/backends/state` (no Node built-ins);
+ * the sandbox runtime is `strata/runtime`, the test suite `strata/conformance`.
+ */
+export * from "./core/index.js";
+export * from "./backends/state.js";
+export * from "./backends/composite.js";
+export * from "./backends/filesystem.js";
+export * from "./backends/store.js";
+export * from "./stores/store.js";
+export * from "./stores/memory.js";
+export * from "./stores/sqlite.js";
+export * from "./stores/postgres.js";
+export * from "./stores/redis.js";
+export * from "./stores/langgraph.js";
+export * from "./sandboxes/base.js";
+export * from "./sandboxes/local.js";
+export * from "./sandboxes/bubblewrap.js";
+export * from "./sandboxes/docker.js";
+export * from "./sandboxes/ssh.js";
