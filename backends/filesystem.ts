@@ -1,4 +1,3 @@
-import { spawn } from "node:child_process";
 import type { Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
@@ -6,24 +5,15 @@ import { BaseBackend, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, StrataError, toFileOperationError } from "../core/errors.js";
 import { decodeText, encodeText, fileDataFromBytes } from "../core/filedata.js";
-import { DEFAULT_READ_LIMIT, errorString, forEachLine, formatRead, renderLines, renderWindow, validateReadWindow } from "../core/format.js";
-import { compileGlob, type GlobMatcher } from "../core/glob.js";
-import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
+import { DEFAULT_READ_LIMIT, errorString, formatRead } from "../core/format.js";
+import { compileGlob } from "../core/glob.js";
+import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
-import type {
-  DeleteResult,
-  EditResult,
-  FileDataV2,
-  FileDownloadResponse,
-  FileInfo,
-  FileUploadResponse,
-  GrepMatch,
-  GrepOptions,
-  GrepResult,
-  WriteOptions,
-  WriteResult,
-} from "../core/types.js";
-import { at, errno, lstatAt, openDirAt, openDirPath, openRoot, procFdAvailable, READ_FLAGS, readDirAt, removeAt, walkFiles, writeAtomicAt } from "./safe-fs.js";
+import type { DeleteResult, EditResult, FileDataV2, FileDownloadResponse, FileInfo, FileUploadResponse, GrepMatch } from "../core/types.js";
+import type { GrepOptions, GrepResult, WriteOptions, WriteResult } from "../core/types.js";
+import { grepFile, type Needle, readWindow, ripgrepCandidates, ripgrepPath, WHOLE_FILE_LIMIT } from "./filesystem-text.js";
+import { at, errno, lstatAt, lstatAtSync, openDirAt, openDirPath, procFdAvailable, READ_FLAGS } from "./safe-fs.js";
+import { DirCursor, readDirAt, removeAt, Slicer, walkFiles, writeAtomicAt } from "./safe-fs.js";
 
 export interface FilesystemBackendOptions {
   /** The directory the workspace lives in; created if missing. */
@@ -40,11 +30,16 @@ export interface FilesystemBackendOptions {
   maxFileSize?: number;
   /** Use ripgrep (when `rg` is on PATH) to find candidate files for grep. Default true. */
   useRipgrep?: boolean;
+  /**
+   * fsync each written file before it replaces the old one (default true).
+   * false keeps writes atomic for readers but not across a power cut, and
+   * makes them several times faster.
+   */
+  fsync?: boolean;
 }
 
-/** Files up to this size are read whole (exact formatRead semantics); larger ones stream. */
-const WHOLE_FILE_LIMIT = 8 * 1024 * 1024;
-const CHUNK_SIZE = 1024 * 1024;
+/** Uploads and downloads in flight at once. */
+const IO_CONCURRENCY = 8;
 
 interface Resolved {
   /** Normalised virtual path. */
@@ -53,6 +48,8 @@ interface Resolved {
   shown: string;
   segments: string[];
 }
+
+type FileVisitor = (dirFd: number, name: string, path: string) => void | Promise<void>;
 
 /** Where a search starts: a directory (handle owned by the caller) or a single file. */
 type SearchStart = { dir: FileHandle } | { parent: FileHandle; name: string; stat: Stats } | undefined;
@@ -84,26 +81,24 @@ export class FilesystemBackend extends BaseBackend {
   async lsInfo(dirPath: string): Promise<FileInfo[]> {
     const r = this.resolve(dirPath);
     try {
-      return await this.withRoot(async (root) => {
-        const start = await this.openStart(root, r, false);
-        if (start === undefined) return [];
-        if (!("dir" in start)) {
-          await start.parent.close();
-          return [this.info(r.path, start.stat)];
-        }
-        try {
-          const entries = await readDirAt(start.dir);
-          const infos = await Promise.all(
-            entries.map(async (entry) => {
-              const stat = await lstatAt(start.dir, entry.name).catch(() => undefined);
-              return stat && this.info(joinPath(r.path, entry.name), stat);
-            }),
-          );
-          return sortByPath(infos.filter((info) => info !== undefined));
-        } finally {
-          await start.dir.close();
-        }
-      });
+      const start = await this.openStart(r, false);
+      if (start === undefined) return [];
+      if (!("dir" in start)) {
+        await start.parent.close();
+        return [this.info(r.path, start.stat)];
+      }
+      try {
+        const entries = await readDirAt(start.dir);
+        const infos = await Promise.all(
+          entries.map(async (entry) => {
+            const stat = await lstatAt(start.dir, entry.name).catch(() => undefined);
+            return stat && this.info(joinPath(r.path, entry.name), stat);
+          }),
+        );
+        return sortByPath(infos.filter((info) => info !== undefined));
+      } finally {
+        await start.dir.close();
+      }
     } catch (error) {
       throw fsError(error, r.shown);
     }
@@ -160,12 +155,12 @@ export class FilesystemBackend extends BaseBackend {
       const { text, mode } = await this.openFile(r, async (handle, stat) => {
         const current = decodeText(await handle.readFile());
         if (current === null) throw errors.binary(r.shown, stat.size);
-        return { text: current, mode: stat.mode & 0o7777 };
+        return { text: current, mode: stat.mode & 0o777 };
       });
       const { text: updated, occurrences } = applyEdit(text, oldString, newString, replaceAll, r.shown);
       const bytes = encodeText(updated);
       this.checkSize(r.shown, bytes.length);
-      await this.inParent(r, false, (dir, name) => writeAtomicAt(dir, name, bytes, { overwrite: true, mode }));
+      await this.inParent(r, false, (dir, name) => writeAtomicAt(dir, name, bytes, { overwrite: true, mode, fsync: this.options.fsync }));
       return { path: r.shown, occurrences, filesUpdate: null };
     } catch (error) {
       return failure(fsError(error, shown), shown);
@@ -189,37 +184,59 @@ export class FilesystemBackend extends BaseBackend {
     validateGrepPattern(pattern);
     validateMaxCount(options.maxCount);
     const r = this.searchPath(path);
-    const matcher = glob ? compileGlob(glob, r.path) : undefined;
+    const matcher = glob ? compileGlob(this.virtualPattern(glob), r.path) : undefined;
+    const startPath = matcher ? matcher.root : r.path;
     // No file needs more matches than the global cap plus one (to know it was cut).
-    const perFile = options.maxCount === undefined ? Infinity : options.maxCount + 1;
+    const needle: Needle = { text: pattern, bytes: Buffer.from(pattern), limit: (options.maxCount ?? Infinity) + 1 };
     const matches: GrepMatch[] = [];
+    const search: FileVisitor = (dirFd, name, filePath) => {
+      if (!matcher || matcher(filePath)) return grepFile(dirFd, name, this.outside(filePath), needle, matches);
+    };
     try {
-      await this.withRoot(async (root) => {
-        const startPath = matcher ? matcher.root : r.path;
-        const start = await this.openStart(root, this.located(startPath), true);
-        if (start === undefined) return;
-        if (!("dir" in start)) {
-          try {
-            if (start.stat.isFile() && (!matcher || matcher(startPath))) {
-              matches.push(...(await grepAt(start.parent, start.name, this.outside(startPath), pattern, perFile)));
-            }
-          } finally {
-            await start.parent.close();
-          }
-          return;
+      const start = await this.openStart(this.located(startPath), true);
+      if (start !== undefined && !("dir" in start)) {
+        try {
+          if (start.stat.isFile()) await search(start.parent.fd, start.name, startPath);
+        } finally {
+          await start.parent.close();
         }
-        const candidates = (await this.usesRipgrep()) ? await ripgrepCandidates(start.dir, pattern) : undefined;
-        if (candidates) return await this.verifyCandidates(start.dir, startPath, candidates, matcher, pattern, options.maxCount, matches);
-        await walkFiles(start.dir, startPath, {
-          file: async (dir, name, filePath) => {
-            if (!matcher || matcher(filePath)) matches.push(...(await grepAt(dir, name, this.outside(filePath), pattern, perFile)));
-          },
-        });
-      });
+      } else if (start !== undefined) {
+        try {
+          const viaRipgrep = (await this.usesRipgrep()) && (await this.searchWithRipgrep(start.dir, startPath, pattern, search));
+          if (!viaRipgrep) {
+            matches.length = 0;
+            await walkFiles(start.dir, startPath, { file: search });
+          }
+        } finally {
+          await start.dir.close();
+        }
+      }
     } catch (error) {
       throw fsError(error, r.shown);
     }
     return capMatches(sortMatches(matches), options.maxCount);
+  }
+
+  /**
+   * ripgrep only proposes files; `search` re-reads each through directory
+   * fds and applies the glob and the shared grepText. So results equal the
+   * JS walk's exactly (binary, UTF-8 and line rules included), and a path rg
+   * was tricked into following by a swapped symlink is refused, never read.
+   * False when rg failed: the caller walks instead.
+   */
+  private async searchWithRipgrep(dir: FileHandle, dirPath: string, pattern: string, search: FileVisitor): Promise<boolean> {
+    const cursor = new DirCursor(dir.fd);
+    const slicer = new Slicer();
+    try {
+      return await ripgrepCandidates(dir, pattern, (relative) => {
+        const segments = relative.split("/");
+        const parentFd = cursor.enter(segments.slice(0, -1));
+        const reading = parentFd === undefined ? undefined : search(parentFd, segments.at(-1)!, joinPath(dirPath, relative));
+        return reading ?? slicer.maybeYield();
+      });
+    } finally {
+      cursor.close();
+    }
   }
 
   async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
@@ -227,21 +244,23 @@ export class FilesystemBackend extends BaseBackend {
     const matcher = compileGlob(this.virtualPattern(pattern), r.path);
     const found: FileInfo[] = [];
     try {
-      await this.withRoot(async (root) => {
-        const start = await this.openStart(root, this.located(matcher.root), true);
-        if (start === undefined) return;
-        if (!("dir" in start)) {
-          if (start.stat.isFile() && matcher(matcher.root)) found.push(this.info(matcher.root, start.stat));
-          return await start.parent.close();
+      const start = await this.openStart(this.located(matcher.root), true);
+      if (start !== undefined && !("dir" in start)) {
+        await start.parent.close();
+        if (start.stat.isFile() && matcher(matcher.root)) found.push(this.info(matcher.root, start.stat));
+      } else if (start !== undefined) {
+        try {
+          await walkFiles(start.dir, matcher.root, {
+            file: (dirFd, name, filePath) => {
+              if (!matcher(filePath)) return;
+              const stat = lstatAtSync(dirFd, name);
+              if (stat?.isFile()) found.push(this.info(filePath, stat));
+            },
+          });
+        } finally {
+          await start.dir.close();
         }
-        await walkFiles(start.dir, matcher.root, {
-          file: async (dir, name, filePath) => {
-            if (!matcher(filePath)) return;
-            const stat = await lstatAt(dir, name).catch(() => undefined);
-            if (stat?.isFile()) found.push(this.info(filePath, stat));
-          },
-        });
-      });
+      }
     } catch (error) {
       throw fsError(error, r.shown);
     }
@@ -249,32 +268,31 @@ export class FilesystemBackend extends BaseBackend {
   }
 
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    const responses: FileUploadResponse[] = [];
-    // One at a time: two uploads to one path must land in input order.
-    for (const [filePath, bytes] of files) {
+    // Several at a time (each waits on an fsync); two uploads to one path still land in input order.
+    const lastWrite = new Map<string, Promise<unknown>>();
+    return mapLimit(files, IO_CONCURRENCY, async ([filePath, bytes]): Promise<FileUploadResponse> => {
       try {
         const r = this.resolve(filePath);
         if (!(bytes instanceof Uint8Array)) throw errors.invalidArgument("upload content must be bytes");
-        await this.store(r, bytes, true);
-        responses.push({ path: r.shown, error: null });
+        const write = (lastWrite.get(r.path) ?? Promise.resolve()).catch(() => undefined).then(() => this.store(r, bytes, true));
+        lastWrite.set(r.path, write);
+        await write;
+        return { path: r.shown, error: null };
       } catch (error) {
-        responses.push({ path: filePath, error: toFileOperationError(fsError(error, filePath, true).code) });
+        return { path: filePath, error: toFileOperationError(fsError(error, filePath, true).code) };
       }
-    }
-    return responses;
+    });
   }
 
   async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    return Promise.all(
-      paths.map(async (filePath): Promise<FileDownloadResponse> => {
-        try {
-          const bytes = await this.openFile(this.resolve(filePath), (handle) => handle.readFile());
-          return { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
-        } catch (error) {
-          return { path: filePath, content: null, error: toFileOperationError(fsError(error, filePath).code) };
-        }
-      }),
-    );
+    return mapLimit(paths, IO_CONCURRENCY, async (filePath): Promise<FileDownloadResponse> => {
+      try {
+        const bytes = await this.openFile(this.resolve(filePath), (handle) => handle.readFile());
+        return { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
+      } catch (error) {
+        return { path: filePath, content: null, error: toFileOperationError(fsError(error, filePath).code) };
+      }
+    });
   }
 
   // --- paths ---
@@ -311,6 +329,8 @@ export class FilesystemBackend extends BaseBackend {
   private info(path: string, stat: Stats): FileInfo {
     const modified_at = stat.mtime.toISOString();
     if (stat.isDirectory()) return { path: `${this.outside(path)}/`, is_dir: true, modified_at };
+    // A symlink's own size is the length of its target, a host path: not shown.
+    if (stat.isSymbolicLink()) return { path: this.outside(path), is_dir: false, modified_at };
     return { path: this.outside(path), is_dir: false, size: stat.size, modified_at };
   }
 
@@ -334,26 +354,15 @@ export class FilesystemBackend extends BaseBackend {
     return this.hostRootReady;
   }
 
-  private async withRoot<T>(body: (root: FileHandle) => Promise<T>): Promise<T> {
-    const root = await openRoot(await this.hostRoot());
-    try {
-      return await body(root);
-    } finally {
-      await root.close();
-    }
-  }
-
   /** Runs `body` with the parent directory of `r` open and the last segment's name. */
-  private inParent<T>(r: Resolved, create: boolean, body: (dir: FileHandle, name: string) => Promise<T>): Promise<T> {
+  private async inParent<T>(r: Resolved, create: boolean, body: (dir: FileHandle, name: string) => Promise<T>): Promise<T> {
     if (r.path === "/") throw errors.isDirectory(r.shown);
-    return this.withRoot(async (root) => {
-      const dir = await openDirPath(root, r.segments.slice(0, -1), create);
-      try {
-        return await body(dir, r.segments.at(-1)!);
-      } finally {
-        await dir.close();
-      }
-    });
+    const dir = await openDirPath(await this.hostRoot(), r.segments.slice(0, -1), create);
+    try {
+      return await body(dir, r.segments.at(-1)!);
+    } finally {
+      await dir.close();
+    }
   }
 
   /** Opens a regular file without following a symlink; directories and special files are refused. */
@@ -375,11 +384,12 @@ export class FilesystemBackend extends BaseBackend {
    * Opens where a listing or search starts. Missing (or under a file):
    * undefined. A symlink is listed as itself by ls, refused by searches.
    */
-  private async openStart(root: FileHandle, r: Resolved, refuseSymlink: boolean): Promise<SearchStart> {
-    if (r.path === "/") return { dir: await openDirPath(root, []) };
+  private async openStart(r: Resolved, refuseSymlink: boolean): Promise<SearchStart> {
+    const hostRoot = await this.hostRoot();
+    if (r.path === "/") return { dir: await openDirPath(hostRoot, []) };
     let parent: FileHandle;
     try {
-      parent = await openDirPath(root, r.segments.slice(0, -1));
+      parent = await openDirPath(hostRoot, r.segments.slice(0, -1));
     } catch (error) {
       if (isCode(error, "ENOENT", "ENOTDIR")) return undefined;
       throw error;
@@ -408,7 +418,7 @@ export class FilesystemBackend extends BaseBackend {
       if (existing && !overwrite) throw errors.alreadyExists(r.shown);
       if (existing?.isSymbolicLink()) throw symlinkRefused(r.shown);
       try {
-        await writeAtomicAt(dir, name, bytes, { overwrite, mode: existing && existing.mode & 0o7777 });
+        await writeAtomicAt(dir, name, bytes, { overwrite, mode: existing && existing.mode & 0o777, fsync: this.options.fsync });
       } catch (error) {
         // A directory or file that appeared since the lstat.
         if (!isCode(error, "EEXIST")) throw error;
@@ -421,44 +431,20 @@ export class FilesystemBackend extends BaseBackend {
     const max = this.options.maxFileSize;
     if (max !== undefined && size > max) throw errors.tooLarge(shown, size, max);
   }
+}
 
-  /**
-   * ripgrep only proposes files; each is re-read here through directory fds
-   * and searched with the shared grepText. So results equal the JS engine's
-   * exactly (binary, UTF-8 and line rules included), and a path rg was
-   * tricked into following by a swapped symlink is refused, never read.
-   */
-  private async verifyCandidates(
-    dir: FileHandle,
-    dirPath: string,
-    candidates: string[],
-    matcher: GlobMatcher | undefined,
-    pattern: string,
-    maxCount: number | undefined,
-    out: GrepMatch[],
-  ): Promise<void> {
-    try {
-      const paths = candidates.map((relative) => joinPath(dirPath, relative)).filter((path) => !matcher || matcher(path));
-      paths.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-      const perFile = maxCount === undefined ? Infinity : maxCount + 1;
-      // In path order, a few at a time, stopping once the cap is known to be exceeded.
-      for (let i = 0; i < paths.length && (maxCount === undefined || out.length <= maxCount); i += 8) {
-        const batch = paths.slice(i, i + 8).map(async (path) => {
-          const segments = relativeTo(dirPath, path).split("/");
-          const parent = await openDirPath(dir, segments.slice(0, -1)).catch(() => undefined);
-          if (!parent) return [];
-          try {
-            return await grepAt(parent, segments.at(-1)!, this.outside(path), pattern, perFile);
-          } finally {
-            await parent.close();
-          }
-        });
-        for (const found of await Promise.all(batch)) out.push(...found);
-      }
-    } finally {
-      await dir.close();
+/** `fn` over `items` with at most `limit` running, results in input order; items start in input order. */
+async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await fn(items[i]!);
     }
-  }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return results;
 }
 
 function isCode(error: unknown, ...codes: string[]): boolean {
@@ -499,159 +485,4 @@ function fsError(error: unknown, shown: string, creating = false): StrataError {
     default:
       return new StrataError("io_error", `I/O error on '${shown}' (${code ?? "unexpected error"})`, code ? undefined : { cause: error });
   }
-}
-
-/** Lines of `bytes` that end in `\n`, decoded; null for binary (NUL or invalid UTF-8). */
-function decodeLines(parts: Buffer[]): string | null {
-  return decodeText(parts.length === 1 ? parts[0]! : Buffer.concat(parts));
-}
-
-/**
- * `read` of a large file without loading it: lines before the window are
- * only counted (newline bytes, nothing decoded or kept), lines in it are
- * decoded and split by the shared line model, and reading stops after it.
- * Output equals formatRead's, except that NUL or invalid UTF-8 is only
- * noticed in the bytes read (NUL in any chunk read, UTF-8 in the window).
- */
-async function readWindow(handle: FileHandle, path: string, size: number, offset: number, limit: number): Promise<string> {
-  validateReadWindow(offset, limit);
-  const end = offset + limit;
-  const window: string[] = [];
-  const buffer = Buffer.allocUnsafe(CHUNK_SIZE);
-  let index = 0; // the line the next byte belongs to
-  let carry: Buffer[] = []; // the start of line `index`, once inside the window
-  let midLine = false;
-  let pastWindow = false;
-  const take = (parts: Buffer[]) => {
-    const text = decodeLines(parts);
-    if (text === null) throw errors.binary(path, size);
-    forEachLine(text, (line) => {
-      if (index >= end) {
-        pastWindow = true;
-        return false;
-      }
-      window.push(line);
-      index++;
-      return true;
-    });
-  };
-  for (let position = 0; !pastWindow; ) {
-    const { bytesRead } = await handle.read(buffer, 0, CHUNK_SIZE, position);
-    if (bytesRead === 0) break;
-    position += bytesRead;
-    const chunk = buffer.subarray(0, bytesRead);
-    if (chunk.includes(0)) throw errors.binary(path, size);
-    midLine = chunk[bytesRead - 1] !== 10;
-    let start = 0;
-    for (let newline = chunk.indexOf(10); index < offset && newline !== -1; newline = chunk.indexOf(10, start)) {
-      index++;
-      start = newline + 1;
-    }
-    if (index < offset) continue;
-    const last = chunk.lastIndexOf(10);
-    if (last >= start) {
-      take([...carry, chunk.subarray(start, last + 1)]);
-      carry = [];
-      start = last + 1;
-    }
-    if (start < bytesRead) carry.push(Buffer.from(chunk.subarray(start))); // copied: the buffer is reused
-  }
-  if (!pastWindow && carry.length > 0) take(carry);
-  else if (!pastWindow && midLine && index < offset) index++; // an unterminated last line before the window
-  return pastWindow ? renderLines(window, offset + 1) : renderWindow(window, offset, index, path);
-}
-
-/**
- * grep of one file through its directory fd. Small files are searched
- * whole; large ones in pieces cut at line ends, with line numbers carried
- * over, so memory stays at one chunk plus the matches. A NUL or invalid
- * UTF-8 anywhere makes the file binary: it is skipped.
- */
-async function grepAt(dir: FileHandle, name: string, path: string, pattern: string, limit: number): Promise<GrepMatch[]> {
-  let handle: FileHandle;
-  try {
-    handle = await fs.open(at(dir, name), READ_FLAGS);
-  } catch {
-    return []; // Vanished or replaced by a symlink since it was listed.
-  }
-  try {
-    const stat = await handle.stat();
-    if (!stat.isFile()) return [];
-    const found: GrepMatch[] = [];
-    if (stat.size <= WHOLE_FILE_LIMIT) {
-      const text = decodeText(await handle.readFile());
-      if (text !== null) grepText(path, text, pattern, found, limit);
-      return found;
-    }
-    const buffer = Buffer.allocUnsafe(CHUNK_SIZE);
-    let carry: Buffer[] = [];
-    let firstLine = 1;
-    const search = (parts: Buffer[]): boolean => {
-      const text = decodeLines(parts);
-      if (text === null) return false;
-      const piece: GrepMatch[] = [];
-      grepText(path, text, pattern, piece, limit - found.length);
-      for (const match of piece) found.push({ ...match, line: match.line + firstLine - 1 });
-      for (let i = text.indexOf("\n"); i !== -1; i = text.indexOf("\n", i + 1)) firstLine++;
-      return true;
-    };
-    for (let position = 0; ; ) {
-      const { bytesRead } = await handle.read(buffer, 0, CHUNK_SIZE, position);
-      if (bytesRead === 0) break;
-      position += bytesRead;
-      const chunk = buffer.subarray(0, bytesRead);
-      if (chunk.includes(0)) return [];
-      const last = chunk.lastIndexOf(10);
-      if (last === -1) {
-        carry.push(Buffer.from(chunk));
-        continue;
-      }
-      if (!search([...carry, chunk.subarray(0, last + 1)])) return [];
-      carry = last + 1 < bytesRead ? [Buffer.from(chunk.subarray(last + 1))] : [];
-    }
-    return carry.length === 0 || search(carry) ? found : [];
-  } catch {
-    return [];
-  } finally {
-    await handle.close();
-  }
-}
-
-let ripgrepLookup: Promise<string | undefined> | undefined;
-
-/** The `rg` executable on PATH, looked up once per process. */
-function ripgrepPath(): Promise<string | undefined> {
-  ripgrepLookup ??= (async () => {
-    for (const dir of (process.env.PATH ?? "").split(":")) {
-      if (!dir) continue;
-      const candidate = nodePath.join(dir, "rg");
-      if (await fs.access(candidate, fs.constants.X_OK).then(() => true, () => false)) return candidate;
-    }
-    return undefined;
-  })();
-  return ripgrepLookup;
-}
-
-/**
- * Relative paths of files under `dir` that ripgrep says contain `pattern`,
- * or undefined when rg fails (the caller then walks in JS). rg runs in the
- * directory itself (cwd through our fd, not a path), never follows links,
- * reads no ignore or config files, and compares raw bytes (`-E none`: no
- * BOM sniffing or transcoding), so it cannot miss what grepText would find.
- */
-async function ripgrepCandidates(dir: FileHandle, pattern: string): Promise<string[] | undefined> {
-  const rg = await ripgrepPath();
-  if (!rg) return undefined;
-  const args = ["--files-with-matches", "--null", "--fixed-strings", "--hidden", "--no-ignore", "--no-config", "--no-messages", "-E", "none"];
-  return new Promise((resolve) => {
-    const child = spawn(rg, [...args, "-e", pattern, "--", "."], { cwd: `/proc/${process.pid}/fd/${dir.fd}`, stdio: ["ignore", "pipe", "ignore"] });
-    const chunks: Buffer[] = [];
-    child.stdout.on("data", (chunk: Buffer) => chunks.push(chunk));
-    child.on("error", () => resolve(undefined));
-    child.on("close", (code) => {
-      if (code !== 0 && code !== 1) return resolve(undefined);
-      const names = Buffer.concat(chunks).toString("utf8").split("\0").filter((name) => name !== "");
-      resolve(names.map((name) => (name.startsWith("./") ? name.slice(2) : name)));
-    });
-  });
 }

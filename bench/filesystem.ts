@@ -248,8 +248,8 @@ async function readBigFile(ctx: GroupContext, group: string): Promise<CaseResult
     warnings,
     notes: [
       "Each backend reads in a child process of its own (killed past 4 GB RSS). Peak extra memory = VmHWM after the first read " +
-        "minus VmRSS just before it (the peak is reset through /proc/self/clear_refs); time = median of the later reads. " +
-        "The file is in the page cache.",
+        "minus VmRSS just before it (the peak is reset through /proc/self/clear_refs); time = median of the later reads, " +
+        "or the time to the error for a backend that fails. The file is in the page cache.",
     ],
   };
 }

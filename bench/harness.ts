@@ -18,7 +18,7 @@ import { runInNewContext } from "node:vm";
 export interface GroupContext {
   /** Smaller data and fewer repetitions, for a quick look. */
   quick: boolean;
-  /** Timed repetitions per contender (warm-up runs come on top). */
+  /** Timed samples per contender (warm-up runs come on top; fast contenders take up to 3 times as many). */
   reps: number;
   /** Where generated data is kept between runs (never inside the repository). */
   cacheDir: string;
@@ -105,7 +105,12 @@ export interface CompareOptions {
   minSampleMs?: number;
   /** A contender stops sampling once its samples add up to this much (after at least 3). */
   budgetMs?: number;
+  /** At most this many samples per contender (default 3 × reps); for operations whose state grows with every run. */
+  maxSamples?: number;
 }
+
+/** How long a contender may have spent and still take samples past `reps`. */
+const EXTRA_SAMPLING_MS = 2000;
 
 interface Runner {
   contender: Contender;
@@ -121,7 +126,7 @@ interface Runner {
  * falls on all of them alike. Checks that all answers have the same size.
  */
 export async function compare(options: CompareOptions): Promise<CaseResult> {
-  const { reps, warmup = 1, minSampleMs = 25, budgetMs = 20_000 } = options;
+  const { reps, warmup = 2, minSampleMs = 50, budgetMs = 20_000, maxSamples = reps * 3 } = options;
   const warnings: string[] = [];
   const runners: Runner[] = [];
   for (const contender of [options.strata, ...options.peers]) {
@@ -129,26 +134,36 @@ export async function compare(options: CompareOptions): Promise<CaseResult> {
     const runner: Runner = { contender, result, times: [], inner: 1, spent: 0 };
     runners.push(runner);
     try {
-      let first = 0;
+      // The first run may build lazy indexes; only the last warm-up run says how long one run takes.
+      let last = 0;
       for (let i = 0; i < Math.max(1, warmup); i++) {
         const t0 = performance.now();
         result.count = await contender.run();
-        first = performance.now() - t0;
+        last = performance.now() - t0;
+        // A slow operation needs no second warm-up run to be timed fairly, and would cost the budget twice.
+        if (last > budgetMs / 10) break;
       }
-      runner.inner = first >= minSampleMs ? 1 : Math.min(1000, Math.ceil(minSampleMs / Math.max(first, 0.001)));
+      runner.inner = last >= minSampleMs ? 1 : Math.min(1000, Math.ceil(minSampleMs / Math.max(last, 0.001)));
     } catch (error) {
       result.failed = describeError(error);
     }
   }
 
-  for (let round = 0; round < reps; round++) {
+  // After `reps` rounds, cheap contenders go on sampling (up to 3 × reps): more samples steady a median on a noisy machine.
+  for (let round = 0; round < maxSamples; round++) {
     const order = round % 2 === 0 ? runners : [...runners].reverse();
     for (const runner of order) {
       if (runner.result.failed) continue;
       if (runner.times.length >= 3 && runner.spent >= budgetMs) continue;
+      if (round >= reps && runner.spent >= EXTRA_SAMPLING_MS) continue;
       collectGarbage();
       const t0 = performance.now();
-      for (let i = 0; i < runner.inner; i++) await runner.contender.run();
+      try {
+        for (let i = 0; i < runner.inner; i++) await runner.contender.run();
+      } catch (error) {
+        runner.result.failed = describeError(error);
+        continue;
+      }
       const elapsed = performance.now() - t0;
       runner.spent += elapsed;
       runner.times.push(elapsed / runner.inner);
@@ -336,7 +351,9 @@ export function runInChild<A, R>(
   limits: { memLimitMB: number; timeoutMs: number },
 ): Promise<ChildOutcome<R>> {
   return new Promise((resolve) => {
+    // From the repository root, where `--import tsx` resolves to the project's tsx.
     const child = spawn(process.execPath, ["--import", "tsx", CHILD_ENTRY, modulePath, exportName, JSON.stringify(args)], {
+      cwd: dirname(dirname(CHILD_ENTRY)),
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stdout = "";

@@ -75,6 +75,7 @@ function parseArgs(argv: readonly string[]): Options {
 // ---------------------------------------------------------------- table
 
 interface Row {
+  group: string;
   caseName: string;
   strata: string;
   peer: string;
@@ -116,6 +117,7 @@ function rowsOf(result: CaseResult, quick: boolean): Row[] {
     // Targets are set for the full sizes; at quick sizes the figure is only indicative.
     if (met && quick) met += " (quick sizes)";
     return {
+      group: i === 0 ? result.group : "″",
       caseName: i === 0 ? result.name : "″",
       strata: i === 0 ? cell(strata) : "″",
       peer: peer?.name ?? "—",
@@ -127,19 +129,19 @@ function rowsOf(result: CaseResult, quick: boolean): Row[] {
   });
 }
 
-const HEADER = ["Case", "Strata (median)", "Peer", "Peer (median)", "Ratio peer/Strata", "Target", "Met"];
+const HEADER = ["Group", "Case", "Strata (median)", "Peer", "Peer (median)", "Ratio peer/Strata", "Target", "Met"];
 
 function markdownTable(results: readonly CaseResult[], quick: boolean): string {
   const escape = (text: string) => text.replaceAll("|", "\\|");
   const lines = [`| ${HEADER.join(" | ")} |`, `| ${HEADER.map(() => "---").join(" | ")} |`];
   for (const row of results.flatMap((r) => rowsOf(r, quick))) {
-    lines.push(`| ${[row.caseName, row.strata, row.peer, row.peerValue, row.ratio, row.target, row.met].map(escape).join(" | ")} |`);
+    lines.push(`| ${[row.group, row.caseName, row.strata, row.peer, row.peerValue, row.ratio, row.target, row.met].map(escape).join(" | ")} |`);
   }
   return lines.join("\n");
 }
 
 function consoleTable(results: readonly CaseResult[], quick: boolean): string {
-  const rows = [HEADER, ...results.flatMap((r) => rowsOf(r, quick)).map((r) => [r.caseName, r.strata, r.peer, r.peerValue, r.ratio, r.target, r.met])];
+  const rows = [HEADER, ...results.flatMap((r) => rowsOf(r, quick)).map((r) => [r.group, r.caseName, r.strata, r.peer, r.peerValue, r.ratio, r.target, r.met])];
   const widths = HEADER.map((_, c) => Math.max(...rows.map((r) => [...r[c]!].length)));
   return rows.map((r) => r.map((text, c) => text + " ".repeat(widths[c]! - [...text].length)).join("  ")).join("\n");
 }
@@ -164,8 +166,9 @@ function report(results: readonly CaseResult[], options: Options, reps: number, 
     "",
     `Measured ${new Date().toISOString().slice(0, 10)} on ${cpu.length} × ${cpu[0]?.model.trim() ?? "unknown CPU"}, ` +
       `${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; groups: ${groups}; ` +
-      `${options.quick ? "quick sizes" : "full sizes"}; median of ${reps} timed runs per contender after warm-up ` +
-      `(samples interleaved between contenders); whole run ${Math.round(seconds)} s. ` +
+      `${options.quick ? "quick sizes" : "full sizes"}; medians of ${reps} timed samples per contender after warm-up ` +
+      `(up to ${reps * 3} for fast ones, at least 3 for slow ones; samples interleaved between contenders); ` +
+      `whole run ${Math.round(seconds)} s on a shared machine. ` +
       "Ratio = peer median / Strata median: above 1 means Strata is faster.",
     "",
     markdownTable(results, options.quick),
@@ -195,8 +198,11 @@ async function main(): Promise<void> {
     const t0 = performance.now();
     const groupResults = await group.run(ctx);
     for (const result of groupResults) {
-      console.log(`  ${result.name}: Strata ${cell(result.strata)}`);
-      for (const peer of result.peers) console.log(`      vs ${peer.name}: ${cell(peer)}  → ${formatRatio(ratioOf(result.strata, peer))}`);
+      const samples = (r: ContenderResult) => (r.samples > 0 ? ` [${r.samples} sample${r.samples === 1 ? "" : "s"}]` : "");
+      console.log(`  ${result.name}: Strata ${cell(result.strata)}${samples(result.strata)}`);
+      for (const peer of result.peers) {
+        console.log(`      vs ${peer.name}: ${cell(peer)}${samples(peer)}  → ${formatRatio(ratioOf(result.strata, peer))}`);
+      }
       for (const warning of result.warnings) console.log(`      ⚠ ${warning}`);
     }
     console.log(`  (${group.name} took ${Math.round((performance.now() - t0) / 1000)} s)`);

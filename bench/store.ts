@@ -5,6 +5,9 @@
  * MemoryStore against deepagents' StoreBackend over LangGraph's InMemoryStore.
  * Grep over stored files compares the two StoreBackends (deepagents has no
  * on-disk store here, so it keeps its in-memory one).
+ *
+ * Each case starts from empty stores of its own, so what one case left
+ * behind does not slow the next.
  */
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
@@ -28,25 +31,64 @@ function smallPath(prefix: string, i: number): string {
   return `${prefix}/d${i % 20}/f${i}.txt`;
 }
 
+/** One fresh set of stores, each contender on its own. */
+interface Stores {
+  sqlite: StoreBackend;
+  agentfs: AgentFS;
+  memory: StoreBackend;
+  deepagents: DeepagentsStoreBackend;
+  close(): Promise<void>;
+}
+
+let opened = 0;
+
+async function openStores(dir: string): Promise<Stores> {
+  const id = opened++;
+  const sqliteStore = new SqliteStore({ path: join(dir, `strata-${id}.db`) });
+  const agentfs = await AgentFS.open({ path: join(dir, `agentfs-${id}.db`) });
+  return {
+    sqlite: new StoreBackend({ store: sqliteStore, namespace: ["bench"] }),
+    agentfs,
+    memory: new StoreBackend({ store: new MemoryStore(), namespace: ["bench"] }),
+    deepagents: new DeepagentsStoreBackend({ store: new InMemoryStore(), namespace: ["bench"] }),
+    async close() {
+      await sqliteStore.close();
+      await agentfs.close();
+    },
+  };
+}
+
+/** Writes the same files into the stores, each through its own write path (agentfs-sdk only when it takes part). */
+async function fill(stores: Stores, prefix: string, count: number, withAgentfs: boolean): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    const path = smallPath(prefix, i);
+    const text = smallText(i);
+    for (const result of [await stores.sqlite.write(path, text), await stores.memory.write(path, text), await stores.deepagents.write(path, text)]) {
+      if (result.error) throw new Error(`filling the stores failed: ${result.error}`);
+    }
+    if (withAgentfs) await stores.agentfs.fs.writeFile(path, text);
+  }
+}
+
 export const storeGroup: BenchGroup = {
   name: "store",
-  title: "Persistent store",
+  title: "Stores",
   async run(ctx: GroupContext): Promise<CaseResult[]> {
     const count = ctx.quick ? 500 : 2000;
     // deepagents pages through InMemoryStore.search, which costs O(files) per page: O(files²) in all.
-    const grepFiles = ctx.quick ? 2000 : 5000;
+    const grepFiles = ctx.quick ? 2000 : 10_000;
     mkdirSync(ctx.cacheDir, { recursive: true });
     const dir = mkdtempSync(join(ctx.cacheDir, "store-"));
-    const sqlite = new SqliteStore({ path: join(dir, "strata.db") });
-    const agentfs = await AgentFS.open({ path: join(dir, "agentfs.db") });
+    const common = { group: this.name, reps: ctx.reps };
+    const results: CaseResult[] = [];
+    const all: Stores[] = [];
+    const fresh = async () => {
+      const stores = await openStores(dir);
+      all.push(stores);
+      return stores;
+    };
     try {
-      const strata = new StoreBackend({ store: sqlite, namespace: ["bench"] });
-      const strataMemory = new StoreBackend({ store: new MemoryStore(), namespace: ["bench"] });
-      const deepagents = new DeepagentsStoreBackend({ store: new InMemoryStore(), namespace: ["bench"] });
-      const common = { group: this.name, reps: ctx.reps };
-      const results: CaseResult[] = [];
-
-      // Each run writes a fresh set of files, so every write creates one.
+      // Every run writes a fresh set of files, so each write creates one; the store grows run by run, alike for each contender.
       const writer = (name: string, write: (path: string, text: string) => Promise<boolean>): Contender => {
         let run = 0;
         return {
@@ -59,37 +101,33 @@ export const storeGroup: BenchGroup = {
           },
         };
       };
+      const writes = { ...common, maxSamples: ctx.reps };
       ctx.log(`${count} small writes, one file each`);
+      const w = await fresh();
       results.push(
         await compare({
-          ...common,
+          ...writes,
           name: `${count} small writes, SQLite file (new files, one call each)`,
           notes: ["Each engine with its defaults: SqliteStore in WAL mode with synchronous=NORMAL; agentfs-sdk on its Turso database file."],
-          strata: writer("Strata StoreBackend + SqliteStore", async (path, text) => !(await strata.write(path, text)).error),
+          strata: writer("Strata StoreBackend + SqliteStore", async (path, text) => !(await w.sqlite.write(path, text)).error),
           peers: [
             writer("agentfs-sdk", async (path, text) => {
-              await agentfs.fs.writeFile(path, text);
+              await w.agentfs.fs.writeFile(path, text);
               return true;
             }),
           ],
         }),
         await compare({
-          ...common,
+          ...writes,
           name: `${count} small writes, in memory (new files, one call each)`,
-          strata: writer("Strata StoreBackend + MemoryStore", async (path, text) => !(await strataMemory.write(path, text)).error),
-          peers: [writer("deepagents StoreBackend + InMemoryStore", async (path, text) => !(await deepagents.write(path, text)).error)],
+          strata: writer("Strata StoreBackend + MemoryStore", async (path, text) => !(await w.memory.write(path, text)).error),
+          peers: [writer("deepagents StoreBackend + InMemoryStore", async (path, text) => !(await w.deepagents.write(path, text)).error)],
         }),
       );
 
-      // Reads go to files written once by each contender's own write path.
-      for (let i = 0; i < count; i++) {
-        const path = smallPath("/read", i);
-        const text = smallText(i);
-        await strata.write(path, text);
-        await strataMemory.write(path, text);
-        await agentfs.fs.writeFile(path, text);
-        await deepagents.write(path, text);
-      }
+      ctx.log(`${count} small reads`);
+      const r = await fresh();
+      await fill(r, "/read", count, true);
       const reader = (name: string, read: (path: string) => Promise<string>): Contender => ({
         name,
         run: async () => {
@@ -98,35 +136,34 @@ export const storeGroup: BenchGroup = {
           return chars;
         },
       });
-      ctx.log(`${count} small reads`);
       const readAnswer = "answer = characters read";
       results.push(
         await compare({
           ...common,
           name: `${count} small reads, SQLite file (whole file, one call each; ${readAnswer})`,
-          strata: reader("Strata StoreBackend + SqliteStore", async (path) => (await strata.readRaw(path)).content),
-          peers: [reader("agentfs-sdk", (path) => agentfs.fs.readFile(path, "utf8"))],
+          strata: reader("Strata StoreBackend + SqliteStore", async (path) => (await r.sqlite.readRaw(path)).content),
+          peers: [reader("agentfs-sdk", (path) => r.agentfs.fs.readFile(path, "utf8"))],
         }),
         await compare({
           ...common,
           name: `${count} small reads, in memory (whole file, one call each; ${readAnswer})`,
-          strata: reader("Strata StoreBackend + MemoryStore", async (path) => (await strataMemory.readRaw(path)).content),
+          strata: reader("Strata StoreBackend + MemoryStore", async (path) => (await r.memory.readRaw(path)).content),
           peers: [
             reader("deepagents StoreBackend + InMemoryStore", async (path) => {
-              const { data } = await deepagents.readRaw(path);
+              const { data } = await r.deepagents.readRaw(path);
               return typeof data?.content === "string" ? data.content : "";
             }),
           ],
         }),
       );
 
-      ctx.log(`filling both StoreBackends with ${grepFiles} files for grep`);
-      const batch: Array<readonly [string, string]> = [];
-      for (let i = 0; i < grepFiles; i++) batch.push([smallPath("/grep", i), smallText(i)]);
-      const bytes = (text: string) => new TextEncoder().encode(text);
-      await strata.uploadFiles(batch.map(([path, text]) => [path, bytes(text)] as const));
-      await deepagents.uploadFiles(batch.map(([path, text]) => [path, bytes(text)]));
       ctx.log(`literal grep over ${grepFiles} stored files`);
+      const g = await fresh();
+      await fill(g, "/grep", grepFiles, false);
+      const deepagentsGrep: Contender = {
+        name: "deepagents StoreBackend + InMemoryStore",
+        run: async () => (await g.deepagents.grep(NEEDLE, "/grep")).matches?.length ?? -1,
+      };
       results.push(
         await compare({
           ...common,
@@ -135,19 +172,19 @@ export const storeGroup: BenchGroup = {
             "deepagents' StoreBackend runs over LangGraph's InMemoryStore (no on-disk LangGraph store is installed), " +
               "which favours it; it pages through store.search, 100 items a page.",
           ],
-          strata: { name: "Strata StoreBackend + SqliteStore", run: async () => (await strata.grep(NEEDLE, "/grep")).matches.length },
-          peers: [
-            {
-              name: "deepagents StoreBackend + InMemoryStore",
-              run: async () => (await deepagents.grep(NEEDLE, "/grep")).matches?.length ?? -1,
-            },
-          ],
+          strata: { name: "Strata StoreBackend + SqliteStore", run: async () => (await g.sqlite.grep(NEEDLE, "/grep")).matches.length },
+          peers: [deepagentsGrep],
+        }),
+        await compare({
+          ...common,
+          name: `literal grep over ${grepFiles / 1000}k stored files, in memory`,
+          strata: { name: "Strata StoreBackend + MemoryStore", run: async () => (await g.memory.grep(NEEDLE, "/grep")).matches.length },
+          peers: [deepagentsGrep],
         }),
       );
       return results;
     } finally {
-      await sqlite.close();
-      await agentfs.close();
+      for (const stores of all) await stores.close();
       rmSync(dir, { recursive: true, force: true });
     }
   },

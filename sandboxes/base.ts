@@ -16,7 +16,7 @@
  */
 import { BaseBackend, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
-import { StrataError, errors, toFileOperationError } from "../core/errors.js";
+import { type ErrorCode, StrataError, errors, toFileOperationError } from "../core/errors.js";
 import { decodeBase64, decodeText, fileDataFromBytes, fileDataSize, fileDataText } from "../core/filedata.js";
 import { DEFAULT_READ_LIMIT, errorString, formatRead, renderWindow, splitLines, validateReadWindow } from "../core/format.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
@@ -109,6 +109,11 @@ export class OutputCollector {
   }
 }
 
+/** Output of `executeStream`: iterate for chunks as they arrive; `result` is the whole response. */
+export interface ExecuteStream extends AsyncIterable<string> {
+  readonly result: Promise<ExecuteResponse>;
+}
+
 /**
  * A sandbox: a workspace directory inside an isolated environment plus a
  * shell. Subclasses implement `execute`, `uploadFiles` and `downloadFiles`
@@ -126,14 +131,69 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
   /** Seconds a derived file operation may run before it is killed. */
   protected fileOperationTimeout = 300;
   private isClosed = false;
+  private readonly closing = new AbortController();
 
   get closed(): boolean {
     return this.isClosed;
   }
 
-  /** Releases the sandbox. Idempotent; afterwards every operation fails with `sandbox_closed`. */
+  /**
+   * Releases the sandbox. Idempotent; commands still running are stopped
+   * (their calls reject with `sandbox_closed`), and afterwards every
+   * operation fails with `sandbox_closed`.
+   */
   async close(): Promise<void> {
+    if (this.isClosed) return;
     this.isClosed = true;
+    this.closing.abort(new StrataError("sandbox_closed", `Sandbox '${this.id}' was closed while the command ran`));
+  }
+
+  /** The signal a subclass hands to a running command: the call's own, or `close()`. */
+  protected commandSignal(signal?: AbortSignal): AbortSignal {
+    return signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal;
+  }
+
+  /**
+   * `execute`, as an async iterable of output chunks as they arrive, and the
+   * final response in `result`. Leaving the loop early stops the command.
+   */
+  executeStream(command: string, options: Omit<ExecuteOptions, "onOutput"> = {}): ExecuteStream {
+    const chunks: string[] = [];
+    let wake: (() => void) | undefined;
+    let done = false;
+    const stop = new AbortController();
+    const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
+    const result = this.execute(command, {
+      ...options,
+      signal,
+      onOutput: (chunk) => {
+        chunks.push(chunk);
+        wake?.();
+      },
+    });
+    const settle = () => {
+      done = true;
+      wake?.();
+    };
+    result.then(settle, settle); // Also marks a rejection handled; `result` still rejects for whoever awaits it.
+    return {
+      result,
+      async *[Symbol.asyncIterator]() {
+        try {
+          for (;;) {
+            while (chunks.length > 0) yield chunks.shift()!;
+            if (done) {
+              await result;
+              return;
+            }
+            await new Promise<void>((resolve) => (wake = resolve));
+            wake = undefined;
+          }
+        } finally {
+          if (!done) stop.abort(new DOMException("The output stream was closed before the command ended", "AbortError"));
+        }
+      },
+    };
   }
 
   protected assertOpen(): void {
@@ -146,10 +206,18 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
     return this.workspace === "/" ? path : this.workspace + path;
   }
 
-  /** The virtual path of a path inside the sandbox's workspace. */
+  /** The virtual path of a path inside the sandbox's workspace (throws `invalid_path` for a name no virtual path can address). */
   protected virtualPath(sandboxPath: string): string {
-    if (this.workspace === "/") return normalizePath(sandboxPath);
-    return normalizePath(sandboxPath.slice(this.workspace.length) || "/");
+    return normalizePath(this.workspace === "/" ? sandboxPath : sandboxPath.slice(this.workspace.length) || "/");
+  }
+
+  /** Like virtualPath, but undefined for a name no virtual path can address (a command may create `a\\b`); listings leave those out. */
+  private addressable(sandboxPath: string): string | undefined {
+    try {
+      return this.virtualPath(sandboxPath);
+    } catch {
+      return undefined;
+    }
   }
 
   /**
@@ -211,16 +279,20 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
         stdin.set(item.bytes, offset);
         offset += item.bytes.length;
       }
-      let statuses: string[];
+      let codes: (ErrorCode | null)[];
       try {
         const { payload } = await this.runScript(batch[0]!.path, `${PLACE_FN}\n${PUT_FN}\necho ok\n${calls.join("\n")}`, { stdin });
-        statuses = payload.split("\n");
+        const statuses = payload.split("\n");
+        codes = batch.map((item, i) => {
+          const status = statuses[i] ?? "failed";
+          return status === "ok" ? null : (statusError(status, item.path, [])?.code ?? "io_error");
+        });
       } catch (error) {
-        statuses = batch.map(() => failure(error, "/").code);
+        const code = failure(error, batch[0]!.path).code;
+        codes = batch.map(() => code);
       }
       batch.forEach((item, i) => {
-        const status = statuses[i] ?? "failed";
-        const code = status === "ok" ? null : (statusError(status, item.path, [])?.code ?? (status as StrataError["code"]));
+        const code = codes[i]!;
         responses[item.index] = { path: item.path, error: code === null ? null : toFileOperationError(code) };
       });
     }
@@ -292,6 +364,7 @@ fi`,
         continue;
       }
       const name = entry.name.slice(2); // find prints "./name"
+      if (name.includes("\\")) continue; // No virtual path can address it.
       const path = joinPath(dir, name);
       entries.push(entry.isDir ? { path: `${path}/`, is_dir: true } : fileInfo(path, entry));
     }
@@ -432,11 +505,12 @@ if [ -e "$P" ] || [ -L "$P" ]; then echo denied; else echo ok; fi`,
   }
 
   /**
-   * The shell lists the files under the search directory that contain the
-   * pattern (`grep -F -l`, batched by `find`); for each it sends the whole
-   * file when small, so core's `grepText` decides lines and binary-ness
-   * exactly, or `grep -n` lines plus a NUL check for big files. The glob
-   * filter, sorting and the cap are core's, applied here.
+   * The shell finds the files under the search directory that contain the
+   * pattern (`grep -F -l`, batched by `find`) and sends them: files up to
+   * 1 MiB whole (one `wc -c` and one `cat` per batch, not a process per
+   * file), so core's `grepText` decides lines and binary-ness exactly; bigger
+   * files as `grep -n` lines after a NUL check. The glob filter, sorting and
+   * the cap are core's, applied here.
    */
   async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
     this.assertOpen();
@@ -453,26 +527,53 @@ NL='
 '
 ${GREP_EMIT}
 echo ok
-find -H "$R" -type f ! -path "*$NL*" -exec grep -l -F -e "$STRATA_PATTERN" -- {} + | while IFS= read -r f; do emit "$f"; done
+find -H "$R" -type f -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(GREP_SMALL_BATCH)} sh {} +
+find -H "$R" -type f ! -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec grep -l -F -e "$STRATA_PATTERN" -- {} + | while IFS= read -r f; do emit "$f"; done
 find -H "$R" -type f -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do grep -q -F -e "$STRATA_PATTERN" -- "$f" && emit "$f"; done`)} sh {} +`,
       { env: { STRATA_PATTERN: pattern } },
     );
     const matches: GrepMatch[] = [];
-    let at = 0;
-    while (at < payload.length) {
-      const kind = payload[at];
-      const nameEnd = payload.indexOf("\0", at + 1);
-      const bodyEnd = nameEnd === -1 ? -1 : payload.indexOf("\0", nameEnd + 1);
-      if ((kind !== "W" && kind !== "L") || bodyEnd === -1) break;
-      const file = this.virtualPath(payload.slice(at + 1, nameEnd));
-      const body = fromBase64(payload.slice(nameEnd + 1, bodyEnd));
-      at = bodyEnd + 1;
-      if (!isWithin(root, file) || (matcher && !matcher(file))) continue;
-      if (kind === "W") {
+    const search = (sandboxFile: string, body: Uint8Array, whole: boolean) => {
+      const file = this.addressable(sandboxFile);
+      if (file === undefined || !isWithin(root, file) || (matcher && !matcher(file))) return;
+      if (whole) {
         const text = decodeText(body);
         if (text !== null) grepText(file, text, pattern, matches);
       } else {
-        matches.push(...parseGrepLines(file, body));
+        for (const match of parseGrepLines(file, body)) matches.push(match);
+      }
+    };
+    let at = 0;
+    const field = () => {
+      const end = payload.indexOf("\0", at);
+      if (end === -1) throw new StrataError("io_error", `The sandbox sent a malformed grep result for '${root}'`);
+      const value = payload.slice(at, end);
+      at = end + 1;
+      return value;
+    };
+    while (at < payload.length) {
+      const kind = payload[at++];
+      if (kind === "B") {
+        // Names one per line, `wc -c` lines in the same order (then a total), the files concatenated.
+        const names = field().split("\n").slice(0, -1);
+        const sizes = field()
+          .split("\n")
+          .slice(0, names.length)
+          .map((line) => Number(/^\s*(\d+)/.exec(line)?.[1] ?? NaN));
+        const body = fromBase64(field());
+        if (sizes.reduce((sum, size) => sum + size, 0) !== body.length) {
+          throw new StrataError("conflict", `Files under '${root}' changed while grep read them; run it again`);
+        }
+        let offset = 0;
+        names.forEach((name, i) => {
+          search(name, body.subarray(offset, offset + sizes[i]!), true);
+          offset += sizes[i]!;
+        });
+      } else if (kind === "W" || kind === "L") {
+        const name = field();
+        search(name, fromBase64(field()), kind === "W");
+      } else {
+        throw new StrataError("io_error", `The sandbox sent a malformed grep result for '${root}'`);
       }
     }
     return capMatches(sortMatches(matches), options.maxCount);
@@ -488,8 +589,8 @@ find -H ${shellQuote(this.sandboxPath(matcher.root))} -type f -exec sh -c ${shel
     );
     const found: FileInfo[] = [];
     for (const entry of parseStatBatches(payload)) {
-      const file = this.virtualPath(entry.name);
-      if (matcher(file)) found.push(fileInfo(file, entry));
+      const file = this.addressable(entry.name);
+      if (file !== undefined && matcher(file)) found.push(fileInfo(file, entry));
     }
     return sortByPath(found);
   }
@@ -620,6 +721,22 @@ const STAT_BATCH = `printf 'B%d\\n' "$#"
 for n do if [ -d "$n" ]; then printf 'd%s\\000' "$n"; else printf 'f%s\\000' "$n"; fi; done
 stat -L -c '%s %Y %n' -- "$@"
 :`;
+
+/**
+ * Run by `find -exec sh -c … {} +` on files up to 1 MiB: keeps those holding
+ * the pattern (one grep -l), then reports them as one record:
+ * B<wc -c output>\0<base64 of the files concatenated>\0. Names reaching here
+ * hold no newline, so splitting grep's list on newlines is exact.
+ */
+const GREP_SMALL_BATCH = `L=$(grep -l -F -e "$STRATA_PATTERN" -- "$@")
+[ -n "$L" ] || exit 0
+set -f
+IFS='
+'
+set -- $L
+printf 'B'; printf '%s\\n' "$@"; printf '\\000'
+wc -c -- "$@"; printf '\\000'
+cat -- "$@" | base64; printf '\\000'`;
 
 /** grep's per-file report: W<path>\0<base64 of the file>\0, or L<path>\0<base64 of grep -n lines>\0 for big files without NUL. */
 const GREP_EMIT = `emit() {

@@ -16,6 +16,7 @@
  * an rlimit (per process). Output is capped like every sandbox's.
  */
 import { execFile, execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { constants as fsConstants, cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readlinkSync, realpathSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import fs from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -41,6 +42,13 @@ export interface BubblewrapSandboxOptions {
   maxOutputBytes?: number;
   /** Seconds a command may run when the call gives no timeout (default 300). */
   timeout?: number;
+  /**
+   * Put the sandbox in cgroups for its memory and process limits (default
+   * true, when this process may create them). false: rlimits only, which
+   * saves the cgroup join on every command (a few ms) but limits memory per
+   * process, not per sandbox, and, as root, does not limit processes.
+   */
+  cgroups?: boolean;
   /** Extra environment for every command (default: PATH, HOME=/workspace, LANG=C.UTF-8, TMPDIR=/tmp). */
   env?: Record<string, string>;
   /**
@@ -51,10 +59,14 @@ export interface BubblewrapSandboxOptions {
   toolset?: "host" | "busybox";
 }
 
-/** How each limit is enforced. "none": the option was not set. */
+/**
+ * How each limit is enforced. `processes: "none"`: no pids cgroup could be
+ * made and this process runs as root, whose processes RLIMIT_NPROC does not
+ * bind; only the timeout then stops a fork bomb. `cpu: "none"`: not set.
+ */
 export interface BubblewrapLimits {
   memory: "cgroup" | "rlimit";
-  processes: "cgroup" | "rlimit";
+  processes: "cgroup" | "rlimit" | "none";
   cpu: "rlimit" | "none";
 }
 
@@ -153,7 +165,7 @@ export class BubblewrapSandbox extends BaseSandbox {
       maxOutputBytes,
       killAfterBytes: Math.max(maxOutputBytes, (this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES) * 64),
       onOutput: options.onOutput,
-      signal: options.signal,
+      signal: this.commandSignal(options.signal),
     });
     if (response.exitCode === 137 && setup.memoryCgroup && (await oomKills(setup.memoryCgroup)) > setup.oomKillsSeen) {
       setup.oomKillsSeen = await oomKills(setup.memoryCgroup);
@@ -238,10 +250,10 @@ export class BubblewrapSandbox extends BaseSandbox {
     // The root is bwrap's scratch tmpfs; read-only, so /workspace and /tmp are the only writable places.
     args.push("--remount-ro", "/");
 
-    const cgroups = await createCgroups(`strata-${this.id}`, this.memoryBytes, this.maxProcesses);
+    const cgroups = this.options.cgroups === false ? {} : await createCgroups(`strata-${this.id}`, this.memoryBytes, this.maxProcesses);
     const limits: BubblewrapLimits = {
       memory: cgroups.memory ? "cgroup" : "rlimit",
-      processes: cgroups.pids ? "cgroup" : "rlimit",
+      processes: cgroups.pids ? "cgroup" : process.getuid?.() === 0 ? "none" : "rlimit",
       cpu: this.options.cpuSeconds ? "rlimit" : "none",
     };
     const rlimits = [
@@ -348,40 +360,49 @@ function supportDir(): string {
   return dir;
 }
 
-let etcDir: string | undefined;
-
 /**
- * The sandbox's /etc, built once per process and mounted as one directory
- * (one bind instead of fifteen keeps sandbox start-up fast): copies of the
- * entries the userland needs (symlinks kept as links) and a passwd and group
- * naming only the ids the sandbox runs as, so no host account leaks in.
+ * The sandbox's /etc, mounted as one directory (one bind instead of fifteen
+ * keeps start-up fast): copies of the entries the userland needs (symlinks
+ * kept as links) and a passwd and group naming only the ids the sandbox runs
+ * as, so no host account leaks in. Built once per version of its sources
+ * (named by their lstat fingerprint) and shared by every process of this user.
  */
 function sandboxEtc(): string {
-  if (etcDir && existsSync(etcDir)) return etcDir;
-  const dir = nodePath.join(supportDir(), `etc-${process.pid}`);
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir);
+  const uid = process.getuid?.() ?? 0;
+  const gid = process.getgid?.() ?? 0;
+  const fingerprint = createHash("sha256").update(`${uid}:${gid}`);
+  for (const entry of ETC_ENTRIES) {
+    const stat = lstatSync(`/etc/${entry}`, { throwIfNoEntry: false });
+    fingerprint.update(`|${entry}:${stat ? `${stat.ino}:${stat.size}:${stat.mtimeMs}` : "-"}`);
+  }
+  const dir = nodePath.join(supportDir(), `etc-${fingerprint.digest("hex").slice(0, 16)}`);
+  if (existsSync(dir)) return dir;
+  const building = `${dir}.${process.pid}.tmp`;
+  rmSync(building, { recursive: true, force: true });
+  mkdirSync(building);
   for (const entry of ETC_ENTRIES) {
     const source = `/etc/${entry}`;
     if (!lstatSync(source, { throwIfNoEntry: false })) continue;
-    mkdirSync(nodePath.dirname(nodePath.join(dir, entry)), { recursive: true });
-    // Unreadable entries (a private key directory that slipped into a list) are left out, not copied.
+    mkdirSync(nodePath.dirname(nodePath.join(building, entry)), { recursive: true });
+    // Unreadable entries are left out, not copied.
     try {
-      cpSync(source, nodePath.join(dir, entry), { recursive: true, verbatimSymlinks: true });
+      cpSync(source, nodePath.join(building, entry), { recursive: true, verbatimSymlinks: true });
     } catch {
-      rmSync(nodePath.join(dir, entry), { recursive: true, force: true });
+      rmSync(nodePath.join(building, entry), { recursive: true, force: true });
     }
   }
-  const uid = process.getuid?.() ?? 0;
-  const gid = process.getgid?.() ?? 0;
   const passwd = uid === 0 ? "root:x:0:0:root:/workspace:/bin/sh\n" : `root:x:0:0:root:/root:/bin/sh\nsandbox:x:${uid}:${gid}:sandbox:/workspace:/bin/sh\n`;
   const group = gid === 0 ? "root:x:0:\n" : `root:x:0:\nsandbox:x:${gid}:\n`;
-  writeFileSync(nodePath.join(dir, "passwd"), `${passwd}nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`);
-  writeFileSync(nodePath.join(dir, "group"), `${group}nogroup:x:65534:\n`);
+  writeFileSync(nodePath.join(building, "passwd"), `${passwd}nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`);
+  writeFileSync(nodePath.join(building, "group"), `${group}nogroup:x:65534:\n`);
   // Mount point for the host's resolv.conf in sandboxes with network; empty otherwise.
-  writeFileSync(nodePath.join(dir, "resolv.conf"), "");
-  process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
-  return (etcDir = dir);
+  writeFileSync(nodePath.join(building, "resolv.conf"), "");
+  try {
+    renameSync(building, dir);
+  } catch {
+    rmSync(building, { recursive: true, force: true }); // Another process built it first.
+  }
+  return dir;
 }
 
 /** A directory of links named after each BusyBox applet, all pointing at BUSYBOX_INSIDE. Built once per BusyBox binary. */

@@ -80,7 +80,7 @@ export class LocalSandbox extends BaseSandbox {
       maxOutputBytes,
       killAfterBytes: Math.max(maxOutputBytes, (this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES) * 64),
       onOutput: options.onOutput,
-      signal: options.signal,
+      signal: this.commandSignal(options.signal),
     });
   }
 

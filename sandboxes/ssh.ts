@@ -9,6 +9,7 @@
  * user's login shell must be POSIX-compatible (sh, dash, bash, zsh): it
  * parses the command line this class sends.
  */
+import { createHash } from "node:crypto";
 import ssh2 from "ssh2";
 import type { ClientChannel, ConnectConfig, SFTPWrapper, Stats } from "ssh2";
 import { StrataError, errors, isStrataError, toFileOperationError } from "../core/errors.js";
@@ -76,7 +77,9 @@ export class SshSandbox extends BaseSandbox {
   ) {
     super();
     this.workspace = workspace;
-    this.id = `ssh:${options.username}@${options.host}:${options.port ?? 22}${workspace}`;
+    // The same account and workspace give the same id; the id names no remote path (it shows up in messages).
+    const place = `${options.username}@${options.host}:${options.port ?? 22}:${workspace}`;
+    this.id = `ssh-${createHash("sha256").update(place).digest("hex").slice(0, 16)}`;
   }
 
   /** Connects, and creates the workspace if it is missing. */
@@ -102,14 +105,16 @@ export class SshSandbox extends BaseSandbox {
       const expected = publicKeyBlob(options.hostKey);
       config.hostVerifier = (key: Buffer) => key.equals(expected);
     }
-    await new Promise<void>((resolve, reject) => {
-      client.once("ready", resolve).once("error", reject).connect(config);
-    })
-      // Many small request/response exchanges: Nagle's algorithm would add ~40 ms to each.
-      .then(() => client.setNoDelay(true)).catch((error: unknown) => {
+    try {
+      await new Promise<void>((resolve, reject) => {
+        client.once("ready", resolve).once("error", reject).connect(config);
+      });
+    } catch (error) {
       client.end();
       throw connectionError(error);
-    });
+    }
+    // Commands are small request/response exchanges: Nagle's algorithm would add ~40 ms to each.
+    client.setNoDelay(true);
     // Errors after connecting surface on the operation in flight; an unhandled 'error' event would crash the process.
     client.on("error", () => undefined);
     const sandbox = new SshSandbox(client, options, workspace);
@@ -132,14 +137,15 @@ export class SshSandbox extends BaseSandbox {
     const sandboxMax = this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     const maxOutputBytes = options.maxOutputBytes ?? sandboxMax;
     const env = { ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
-    // `export 'NAME=value'` rather than `env`: one program fewer to start per command.
+    // The login shell runs the wrapper itself (no `env`, no `exec sh`): two programs fewer to start per command.
     const assignments = Object.entries(env).map(([name, value]) => shellQuote(`${name}=${value}`));
-    const line = `export ${assignments.join(" ")}; exec /bin/sh -c ${shellQuote(WRAPPER)} strata ${shellQuote(this.sandboxPath(cwd))} ${shellQuote(command)}`;
+    const line = `export ${assignments.join(" ")}; set -- ${shellQuote(this.sandboxPath(cwd))} ${shellQuote(command)}\n${WRAPPER}`;
 
     await this.acquire();
     let channel: ClientChannel;
+    let exit: ExitStatus;
     try {
-      channel = await this.openExec(line);
+      ({ channel, exit } = await this.openExec(line));
     } catch (error) {
       this.release();
       throw error;
@@ -154,15 +160,11 @@ export class SshSandbox extends BaseSandbox {
       kill: (pgid, sweep) => this.kill(pgid, sweep ? marker : undefined),
       abandon: () => channel.close(),
     });
-    let exitCode: number | null = null;
     channel.on("data", (chunk: Buffer) => run.stdout(chunk));
     channel.stderr.on("data", (chunk: Buffer) => run.stderr(chunk));
-    channel.on("exit", (code: number | null) => {
-      exitCode = code;
-    });
     channel.on("close", () => {
       this.release();
-      run.end(async () => exitCode);
+      run.end(async () => exit.code);
     });
     channel.on("error", (error: unknown) => run.fail(connectionError(error)));
     if (options.stdin !== undefined) channel.write(typeof options.stdin === "string" ? Buffer.from(options.stdin) : options.stdin);
@@ -269,23 +271,28 @@ export class SshSandbox extends BaseSandbox {
     return stats?.isDirectory() ? errors.isDirectory(path) : errors.permissionDenied(path);
   }
 
-  private openExec(line: string): Promise<ClientChannel> {
+  private openExec(line: string): Promise<{ channel: ClientChannel; exit: ExitStatus }> {
     this.stats.execs++;
     return new Promise((resolve, reject) => {
-      this.client.exec(line, (error, channel) => (error ? reject(connectionError(error)) : resolve(channel)));
+      this.client.exec(line, (error, channel) => {
+        if (error) return reject(connectionError(error));
+        // ssh2 emits 'exit' synchronously, and a fast command's exit status can arrive in the same read as
+        // the channel's confirmation: a listener added after this callback (after an await) would miss it.
+        const exit: ExitStatus = { code: null };
+        channel.on("exit", (code: number | null) => (exit.code = code));
+        resolve({ channel, exit });
+      });
     });
   }
 
   /** Runs a command line and collects its output; for the sandbox's own small commands. */
   private async run(line: string): Promise<{ output: string; exitCode: number | null }> {
-    const channel = await this.openExec(line);
+    const { channel, exit } = await this.openExec(line);
     return new Promise((resolve, reject) => {
       const chunks: Buffer[] = [];
-      let exitCode: number | null = null;
       channel.on("data", (chunk: Buffer) => chunks.push(chunk));
       channel.stderr.on("data", (chunk: Buffer) => chunks.push(chunk));
-      channel.on("exit", (code: number | null) => (exitCode = code));
-      channel.on("close", () => resolve({ output: Buffer.concat(chunks).toString("utf8"), exitCode }));
+      channel.on("close", () => resolve({ output: Buffer.concat(chunks).toString("utf8"), exitCode: exit.code }));
       channel.on("error", reject);
       channel.end();
     });
@@ -317,6 +324,11 @@ export class SshSandbox extends BaseSandbox {
     if (next) next();
     else this.running--;
   }
+}
+
+/** A command's exit code as the server reported it (null: killed by a signal, or not reported). */
+interface ExitStatus {
+  code: number | null;
 }
 
 /** The key blob of an OpenSSH public key line ("type base64 [comment]"). */
@@ -359,6 +371,7 @@ function connectionError(error: unknown): StrataError {
   if (level === "client-authentication") return new StrataError("permission_denied", "The SSH server refused the credentials", { cause: error });
   if (level === "client-timeout") return new StrataError("timeout", "The SSH server did not answer in time", { cause: error });
   const message = error instanceof Error ? error.message : "";
+  if (/^Cannot parse privateKey/.test(message)) return new StrataError("invalid_argument", "The private key cannot be parsed", { cause: error });
   if (/verification failed/i.test(message)) {
     return new StrataError("permission_denied", "The SSH server's host key does not match the expected one", { cause: error });
   }

@@ -58,7 +58,7 @@ const BATCH_BYTES = 8 * 1024 * 1024;
 /** Candidates fetched per round trip while searching. */
 const SEARCH_BATCH = 100;
 
-/** Loopback-safe identifiers only, short enough that derived index names fit in 63 bytes. */
+/** Plain identifiers only, short enough that the derived index and sequence names fit in 63 bytes. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,47}$/;
 
 interface KeyRow {

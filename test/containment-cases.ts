@@ -140,12 +140,26 @@ export function containmentCases(target: ContainmentTarget): void {
       await Promise.all(open.splice(0).map((sandbox) => sandbox.close()));
     });
 
+    it("at the timeout, also kills what left the process group (setsid): nothing survives the command", async () => {
+      const sandbox = await create();
+      const [a, b] = [markerSeconds(), markerSeconds()];
+      const result = await sandbox.execute(`setsid sleep ${a} > /dev/null 2>&1 < /dev/null & sleep ${b}`, { timeout: 1 });
+      expect(result.exitCode).toBe(124);
+      expect(await survivors(a)).toEqual([]);
+      expect(await survivors(b)).toEqual([]);
+    });
+
     it("contains a fork bomb: the process count stays at the limit, the host can still fork", async () => {
       const sandbox = await create({ maxProcesses: 64 });
       const marker = `bomb${randomUUID().replace(/-/g, "")}`;
-      // Every process of the bomb is a forked `sh <marker>.sh`, so the host can count them; `exec` keeps the
-      // main shell from needing a fork of its own while the bomb saturates the limit for 3 seconds.
-      await sandbox.write(`/${marker}.sh`, "b() { b | b & }\nb\nexec sleep 3\n");
+      // Every process of the bomb is a forked `sh <marker>.sh`, so the host can count them. Each forks two
+      // more, then blocks opening a FIFO nobody writes (no CPU spent): a shell whose fork fails dies, the
+      // others stay, so the bomb holds the limit. `exec` spares the main shell a fork of its own. Ten
+      // levels deep at most (1023 processes), so a sandbox that fails this case does not take the host down.
+      await sandbox.write(
+        `/${marker}.sh`,
+        'mkfifo /tmp/hold\nb() { if [ "$1" -lt 10 ]; then b $(($1 + 1)) & b $(($1 + 1)) & fi; read _ < /tmp/hold; }\nb 1 &\nexec sleep 3\n',
+      );
       const rssBefore = process.memoryUsage().rss;
       const started = Date.now();
       let peak = 0;

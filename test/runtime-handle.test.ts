@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { isStrataError } from "../core/errors.js";
 import { BackendSandboxClosed, commandRun, filesRead, filesWrite, type SandboxHandle } from "../runtime/index.js";
+import type { LocalSandbox } from "../sandboxes/local.js";
 import { CountingProvider, sleep } from "./support/runtime-providers.js";
 
 // Refcounted handles over real LocalSandboxes; CountingProvider (test/support) counts teardowns.
@@ -147,12 +148,15 @@ describe("sandbox handle reference counting", () => {
   it("detach lets go without tearing down", async () => {
     const { provider, handle } = await openCounted();
     handle.acquire();
+    const sandbox = handle.sandbox as LocalSandbox;
     await handle.detach();
     expect(handle.closed).toBe(true);
     expect(provider.teardowns).toBe(0);
     expect(() => handle.sandbox).toThrow(/detached/);
     await provider.close(handle); // no-op: the detach already settled it
     expect(provider.teardowns).toBe(0);
+    expect(await sandbox.execute("echo alive")).toMatchObject({ output: "alive\n", exitCode: 0 });
+    await sandbox.close(); // the test's own cleanup: detach left the temporary workspace behind on purpose
   });
 
   it("rejects an invalid spec with a typed error", async () => {

@@ -1,0 +1,156 @@
+/**
+ * What BubblewrapSandbox adds to the shared cases (sandbox-containment,
+ * sandbox-base, conformance): its limits and how they are reported, its
+ * view of the host, symlinks planted inside it, the BusyBox toolset.
+ */
+import { type Dirent, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
+import nodePath from "node:path";
+import { randomUUID } from "node:crypto";
+import { afterEach, describe, expect, it } from "vitest";
+import { BubblewrapSandbox, type BubblewrapSandboxOptions } from "../sandboxes/bubblewrap.js";
+
+const missing = await BubblewrapSandbox.unavailableReason();
+if (missing) throw new Error(`${missing}; run \`bash scripts/services/20-bubblewrap.sh\` (npm test does this for you)`);
+
+/** Whether this process may create v1 cgroups, so the limits should be cgroups rather than rlimits. */
+const cgroupsWritable = process.getuid?.() === 0 && existsSync("/sys/fs/cgroup/pids/cgroup.procs") && existsSync("/sys/fs/cgroup/memory/cgroup.procs");
+
+/** Directories called `name` under `root`, a few levels deep (where cgroups nest). */
+function findDirs(root: string, name: string, depth = 4): string[] {
+  if (depth < 0) return [];
+  let entries: Dirent[];
+  try {
+    entries = readdirSync(root, { withFileTypes: true });
+  } catch {
+    return [];
+  }
+  return entries
+    .filter((entry) => entry.isDirectory())
+    .flatMap((entry) => (entry.name === name ? [nodePath.join(root, name)] : findDirs(nodePath.join(root, entry.name), name, depth - 1)));
+}
+
+describe("BubblewrapSandbox", () => {
+  const open: BubblewrapSandbox[] = [];
+  const sandbox = (options?: BubblewrapSandboxOptions) => {
+    const created = new BubblewrapSandbox(options);
+    open.push(created);
+    return created;
+  };
+  afterEach(async () => {
+    await Promise.all(open.splice(0).map((s) => s.close()));
+  });
+
+  it("is available, and says how its limits are enforced", async () => {
+    expect(await BubblewrapSandbox.isAvailable()).toBe(true);
+    const s = sandbox({ cpuSeconds: 5 });
+    expect(s.isolation).toBe("namespaces");
+    await s.execute("true");
+    expect(s.limits).toEqual(
+      cgroupsWritable
+        ? { memory: "cgroup", processes: "cgroup", cpu: "rlimit" }
+        : { memory: "rlimit", processes: process.getuid?.() === 0 ? "none" : "rlimit", cpu: "rlimit" },
+    );
+  });
+
+  it("shows the command a minimal world: /workspace, its own /proc, no host environment", async () => {
+    process.env.STRATA_BWRAP_TEST_SECRET = "do-not-leak";
+    try {
+      const s = sandbox();
+      const result = await s.execute('pwd; hostname; echo "[$STRATA_BWRAP_TEST_SECRET]"; ls /; ls /proc | grep -c "^[0-9]"');
+      const [pwd, hostname, secret, ...rest] = result.output.trim().split("\n");
+      expect([pwd, hostname, secret]).toEqual(["/workspace", "strata", "[]"]);
+      const root = rest.slice(0, -1);
+      expect(root).toEqual(expect.arrayContaining(["dev", "etc", "proc", "tmp", "usr", "workspace"]));
+      for (const entry of root) expect(["bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr", "workspace"]).toContain(entry);
+      // Its own PID namespace: the shell, ls, grep and bwrap's init, not the host's processes.
+      expect(Number(rest.at(-1))).toBeLessThan(8);
+    } finally {
+      delete process.env.STRATA_BWRAP_TEST_SECRET;
+    }
+  });
+
+  it("says when the memory limit killed a command", async () => {
+    const s = sandbox({ memoryMb: 128 });
+    const result = await s.execute(`awk 'BEGIN { s = "0123456789abcdef"; for (i = 0; i < 26; i++) s = s s; print length(s) }'`, { timeout: 60 });
+    expect(result.exitCode).not.toBe(0);
+    if (cgroupsWritable) expect(result.output).toContain("memory limit of 128 MiB was reached");
+  });
+
+  it("without cgroups, limits memory per process with RLIMIT_AS, and says so", async () => {
+    const s = sandbox({ cgroups: false, memoryMb: 128 });
+    const result = await s.execute(`awk 'BEGIN { s = "0123456789abcdef"; for (i = 0; i < 26; i++) s = s s; print length(s) }'`, { timeout: 60 });
+    expect(result.exitCode).not.toBe(0);
+    expect(result.output).not.toContain("1073741824");
+    expect(s.limits).toEqual({ memory: "rlimit", processes: process.getuid?.() === 0 ? "none" : "rlimit", cpu: "none" });
+    expect(findDirs("/sys/fs/cgroup", `strata-${s.id}`)).toEqual([]);
+  });
+
+  it("stops a CPU hog at cpuSeconds", async () => {
+    const s = sandbox({ cpuSeconds: 1 });
+    const started = Date.now();
+    const result = await s.execute("while :; do :; done", { timeout: 30 });
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(result.exitCode).not.toBe(0);
+    expect(result.exitCode).not.toBe(124);
+  });
+
+  it("removes its cgroups on close", async () => {
+    const s = new BubblewrapSandbox();
+    await s.execute("true");
+    const name = `strata-${s.id}`;
+    expect(findDirs("/sys/fs/cgroup", name).length).toBe(cgroupsWritable ? 2 : 0);
+    await s.close();
+    expect(findDirs("/sys/fs/cgroup", name)).toEqual([]);
+  });
+
+  it("runs commands in parallel in one sandbox", async () => {
+    const s = sandbox();
+    const results = await Promise.all(Array.from({ length: 6 }, (_, i) => s.execute(`sleep 0.2; echo ${i}`)));
+    expect(results.map((r) => r.output)).toEqual(["0\n", "1\n", "2\n", "3\n", "4\n", "5\n"]);
+  });
+
+  it("resolves symlinks planted in the workspace inside the sandbox, never on the host", async () => {
+    const secretFile = `${homedir()}/.strata-bwrap-${randomUUID()}`;
+    writeFileSync(secretFile, "host secret", { mode: 0o600 });
+    try {
+      const s = sandbox();
+      await s.execute(`ln -s '${secretFile}' leak && ln -s / root-door`);
+      expect((await s.downloadFiles(["/leak"]))[0]).toMatchObject({ content: null, error: "file_not_found" });
+      expect(await s.read("/leak")).toMatch(/^Error: File '\/leak' not found/);
+      expect((await s.grep("host secret", "/")).matches).toEqual([]);
+      expect(await s.read("/root-door/etc/passwd")).not.toContain("host secret");
+      // Writing "through" the link replaces the link in the workspace; the host file is untouched.
+      expect((await s.uploadFiles([["/leak", new TextEncoder().encode("overwritten")]]))[0]!.error).toBeNull();
+      expect(readFileSync(secretFile, "utf8")).toBe("host secret");
+      expect((await s.write("/root-door/usr/planted", "x")).code).toBe("permission_denied");
+    } finally {
+      rmSync(secretFile, { force: true });
+    }
+  });
+
+  it("mounts a given workspace read-write and keeps it on close", async () => {
+    const dir = mkdtempSync(nodePath.join(tmpdir(), "strata-bwrap-test-"));
+    try {
+      writeFileSync(nodePath.join(dir, "from-host.txt"), "hello\n");
+      const s = new BubblewrapSandbox({ workspace: dir });
+      expect((await s.execute("cat from-host.txt && echo made > by-sandbox.txt")).output).toBe("hello\n");
+      await s.close();
+      expect(readFileSync(nodePath.join(dir, "by-sandbox.txt"), "utf8")).toBe("made\n");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("with the BusyBox toolset, runs BusyBox applets and nothing of the host's /usr/bin", async () => {
+    const s = sandbox({ toolset: "busybox" });
+    const result = await s.execute("sh -c 'echo $0' ; ls --help 2>&1 | head -1; command -v perl || echo no-perl");
+    expect(result.output).toMatch(/BusyBox v/);
+    expect(result.output).toContain("no-perl");
+  });
+
+  it("rejects bad limits with invalid_argument", () => {
+    expect(() => new BubblewrapSandbox({ memoryMb: 0 })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+    expect(() => new BubblewrapSandbox({ maxProcesses: 1.5 })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+  });
+});
