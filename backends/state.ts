@@ -35,7 +35,7 @@ export interface StateBackendOptions {
  * return `filesUpdate`, so a LangGraph reducer that merges them stays in step.
  */
 export class StateBackend extends BaseBackend {
-  private indexed: { files: FilesState; index: DirectoryIndex } | undefined;
+  private indexed: { files: FilesState; index: DirectoryIndex; entries?: Array<[string, FileData]> } | undefined;
 
   constructor(
     readonly runtime: BackendRuntime = new BackendRuntime({ files: {} }),
@@ -55,9 +55,23 @@ export class StateBackend extends BaseBackend {
   }
 
   private get index(): DirectoryIndex {
+    return this.indexes.index;
+  }
+
+  private get indexes(): { files: FilesState; index: DirectoryIndex; entries?: Array<[string, FileData]> } {
     const files = this.files;
     if (this.indexed?.files !== files) this.indexed = { files, index: DirectoryIndex.of(Object.keys(files)) };
-    return this.indexed.index;
+    return this.indexed;
+  }
+
+  /**
+   * Every file with its record, cached until the next change: scanning an
+   * array is about three times faster than looking 100k keys up in a large
+   * object, and searches run far more often than writes between them.
+   */
+  private get entries(): Array<[string, FileData]> {
+    const indexes = this.indexes;
+    return (indexes.entries ??= Object.entries(indexes.files));
   }
 
   private record(path: string): FileData | undefined {
@@ -121,6 +135,7 @@ export class StateBackend extends BaseBackend {
       path = normalizePath(filePath);
       if (path === "/") throw new StrataError("permission_denied", "Refusing to delete '/'");
       const removed: Record<string, null> = {};
+      this.indexes.entries = undefined;
       if (this.record(path)) {
         delete this.files[path];
         this.index.removeFile(path);
@@ -148,10 +163,9 @@ export class StateBackend extends BaseBackend {
     const root = searchRoot(path);
     const matcher = glob ? compileGlob(glob, root) : undefined;
     const matches: GrepMatch[] = [];
-    const files = this.files;
-    for (const key in files) {
+    for (const [key, data] of this.entries) {
       if (!isWithin(root, key) || (matcher && !matcher(key))) continue;
-      const text = fileDataText(files[key]!);
+      const text = fileDataText(data);
       if (text !== null) grepText(key, text, pattern, matches);
     }
     return capMatches(sortMatches(matches), options.maxCount);
@@ -160,9 +174,8 @@ export class StateBackend extends BaseBackend {
   async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
     const matcher = compileGlob(pattern, searchRoot(path));
     const found: FileInfo[] = [];
-    const files = this.files;
-    for (const key in files) {
-      if (isWithin(matcher.root, key) && matcher(key)) found.push(fileInfo(key, files[key]!));
+    for (const [key, data] of this.entries) {
+      if (isWithin(matcher.root, key) && matcher(key)) found.push(fileInfo(key, data));
     }
     return sortByPath(found);
   }
@@ -204,6 +217,7 @@ export class StateBackend extends BaseBackend {
     }
     const isNew = !this.record(path);
     this.files[path] = data;
+    this.indexes.entries = undefined;
     if (isNew) this.index.addFile(path);
   }
 }
