@@ -45,12 +45,18 @@ export type Target =
   /** ratio = peer median / Strata median must be >= min (min 100 reads ">= 100x faster"). */
   | { kind: "ratio"; peer: string; min: number; text: string }
   /** Strata's peak extra memory must stay below maxMB. */
-  | { kind: "memory"; maxMB: number; text: string };
+  | { kind: "memory"; maxMB: number; text: string }
+  /** Strata's median (p50) must be at most maxMs. */
+  | { kind: "absolute"; maxMs: number; text: string }
+  /** Something the group checked itself (a count of round trips, say); `met` is its verdict. */
+  | { kind: "check"; met: boolean; text: string };
 
 export interface ContenderResult {
   name: string;
   /** Median of the timed samples, per operation. */
   medianMs: number;
+  /** 99th percentile of per-call samples, where each sample is one call (see `latency`). */
+  p99Ms?: number;
   samples: number;
   /** Size of the answer (from the warm-up run). */
   count?: number;
@@ -107,6 +113,8 @@ export interface CompareOptions {
   budgetMs?: number;
   /** At most this many samples per contender (default 3 × reps); for operations whose state grows with every run. */
   maxSamples?: number;
+  /** A contender past its budget stops after this many samples (default 3); 1 for operations that take minutes. */
+  minSamples?: number;
 }
 
 /** How long a contender may have spent and still take samples past `reps`. */
@@ -126,7 +134,7 @@ interface Runner {
  * falls on all of them alike. Checks that all answers have the same size.
  */
 export async function compare(options: CompareOptions): Promise<CaseResult> {
-  const { reps, warmup = 2, minSampleMs = 50, budgetMs = 20_000, maxSamples = reps * 3 } = options;
+  const { reps, warmup = 2, minSampleMs = 50, budgetMs = 20_000, maxSamples = reps * 3, minSamples = 3 } = options;
   const warnings: string[] = [];
   const runners: Runner[] = [];
   for (const contender of [options.strata, ...options.peers]) {
@@ -143,6 +151,11 @@ export async function compare(options: CompareOptions): Promise<CaseResult> {
         // A slow operation needs no second warm-up run to be timed fairly, and would cost the budget twice.
         if (last > budgetMs / 10) break;
       }
+      // A run longer than the whole budget is a fair sample itself: what warming up would save is lost in it.
+      if (last > budgetMs) {
+        runner.times.push(last);
+        runner.spent += last;
+      }
       runner.inner = last >= minSampleMs ? 1 : Math.min(1000, Math.ceil(minSampleMs / Math.max(last, 0.001)));
     } catch (error) {
       result.failed = describeError(error);
@@ -154,7 +167,7 @@ export async function compare(options: CompareOptions): Promise<CaseResult> {
     const order = round % 2 === 0 ? runners : [...runners].reverse();
     for (const runner of order) {
       if (runner.result.failed) continue;
-      if (runner.times.length >= 3 && runner.spent >= budgetMs) continue;
+      if (runner.times.length >= minSamples && runner.spent >= budgetMs) continue;
       if (round >= reps && runner.spent >= EXTRA_SAMPLING_MS) continue;
       collectGarbage();
       const t0 = performance.now();
@@ -175,6 +188,66 @@ export async function compare(options: CompareOptions): Promise<CaseResult> {
     if (runner.times.length > 0) runner.result.medianMs = median(runner.times);
   }
   const [strata, ...peers] = runners.map((r) => r.result);
+  checkCounts(strata!, peers, warnings);
+  return { group: options.group, name: options.name, strata: strata!, peers, target: options.target, warnings, notes: options.notes };
+}
+
+export function percentile(values: readonly number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.max(0, Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1))]!;
+}
+
+export interface LatencyContender extends Contender {
+  /** Timed calls (default: the case's runs); a slow contender may take fewer. */
+  runs?: number;
+}
+
+/**
+ * Per-call latency: each sample is one call (no batching, unlike `compare`),
+ * so the tail is seen; gives p50 (as medianMs) and p99. Contenders take turns
+ * call by call, so noise on the shared machine falls on all of them alike.
+ */
+export async function latency(options: Omit<CompareOptions, "strata" | "peers" | "reps"> & { strata: LatencyContender; peers: LatencyContender[]; runs: number }): Promise<CaseResult> {
+  const { warmup = 3 } = options;
+  const warnings: string[] = [];
+  const entries = [options.strata, ...options.peers].map((contender) => ({
+    contender,
+    result: { name: contender.name, medianMs: NaN, samples: 0 } as ContenderResult,
+    times: [] as number[],
+    runs: contender.runs ?? options.runs,
+  }));
+  for (const entry of entries) {
+    try {
+      for (let i = 0; i < warmup; i++) entry.result.count = await entry.contender.run();
+    } catch (error) {
+      entry.result.failed = describeError(error);
+    }
+  }
+  const rounds = Math.max(...entries.map((e) => e.runs));
+  for (let round = 0; round < rounds; round++) {
+    // One collection per round, outside the timed calls, so a GC pause is less likely to land in one.
+    if (round % 10 === 0) collectGarbage();
+    const order = round % 2 === 0 ? entries : [...entries].reverse();
+    for (const entry of order) {
+      if (entry.result.failed || entry.times.length >= entry.runs) continue;
+      const t0 = performance.now();
+      try {
+        await entry.contender.run();
+      } catch (error) {
+        entry.result.failed = describeError(error);
+        continue;
+      }
+      entry.times.push(performance.now() - t0);
+    }
+  }
+  for (const { result, times } of entries) {
+    result.samples = times.length;
+    if (times.length > 0) {
+      result.medianMs = median(times);
+      result.p99Ms = percentile(times, 99);
+    }
+  }
+  const [strata, ...peers] = entries.map((e) => e.result);
   checkCounts(strata!, peers, warnings);
   return { group: options.group, name: options.name, strata: strata!, peers, target: options.target, warnings, notes: options.notes };
 }

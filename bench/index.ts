@@ -87,7 +87,7 @@ interface Row {
 
 function cell(result: ContenderResult): string {
   if (result.failed && !Number.isFinite(result.medianMs)) return `failed: ${result.failed}`;
-  let text = formatMs(result.medianMs);
+  let text = result.p99Ms === undefined ? formatMs(result.medianMs) : `p50 ${formatMs(result.medianMs)}, p99 ${formatMs(result.p99Ms)}`;
   if (result.extraMB !== undefined) text += `, +${formatMB(result.extraMB)} peak`;
   if (result.failed) text += ` (failed: ${result.failed})`;
   if (result.note) text += ` (${result.note})`;
@@ -112,6 +112,12 @@ function rowsOf(result: CaseResult, quick: boolean): Row[] {
     } else if (target?.kind === "memory" && i === 0) {
       targetText = target.text;
       met = strata.extraMB !== undefined && !strata.failed ? (strata.extraMB < target.maxMB ? "✅ met" : "❌ not met") : "❌ no result";
+    } else if (target?.kind === "absolute" && i === 0) {
+      targetText = target.text;
+      met = Number.isFinite(strata.medianMs) && !strata.failed ? (strata.medianMs <= target.maxMs ? "✅ met" : "❌ not met") : "❌ no result";
+    } else if (target?.kind === "check" && i === 0) {
+      targetText = target.text;
+      met = target.met ? "✅ met" : "❌ not met";
     }
     if (met && result.warnings.some((w) => w.startsWith("result size differs"))) met += " ⚠";
     // Targets are set for the full sizes; at quick sizes the figure is only indicative.

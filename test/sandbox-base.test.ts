@@ -44,12 +44,12 @@ type Counted = CountedLocal | CountedBwrap;
 
 const targets: { name: string; create: () => Counted; hostDir: (s: Counted) => string; shellTransfers: boolean }[] = [
   { name: "LocalSandbox (GNU)", create: () => new CountedLocal(), hostDir: (s) => s.workspace, shellTransfers: false },
-  { name: "bubblewrap (GNU)", create: () => new CountedBwrap(), hostDir: (s) => (s as CountedBwrap).hostWorkspace, shellTransfers: true },
+  { name: "bubblewrap (GNU)", create: () => new CountedBwrap(), hostDir: (s) => (s as CountedBwrap).hostWorkspace, shellTransfers: false },
   {
     name: "bubblewrap (BusyBox)",
     create: () => new CountedBwrap({ toolset: "busybox" }),
     hostDir: (s) => (s as CountedBwrap).hostWorkspace,
-    shellTransfers: true,
+    shellTransfers: false,
   },
 ];
 

@@ -116,12 +116,13 @@ describe("BubblewrapSandbox", () => {
     try {
       const s = sandbox();
       await s.execute(`ln -s '${secretFile}' leak && ln -s / root-door`);
-      expect((await s.downloadFiles(["/leak"]))[0]).toMatchObject({ content: null, error: "file_not_found" });
+      // Transfers go through the host directory and never follow a link at all.
+      expect((await s.downloadFiles(["/leak"]))[0]).toMatchObject({ content: null, error: "permission_denied" });
       expect(await s.read("/leak")).toMatch(/^Error: File '\/leak' not found/);
       expect((await s.grep("host secret", "/")).matches).toEqual([]);
       expect(await s.read("/root-door/etc/passwd")).not.toContain("host secret");
-      // Writing "through" the link replaces the link in the workspace; the host file is untouched.
-      expect((await s.uploadFiles([["/leak", new TextEncoder().encode("overwritten")]]))[0]!.error).toBeNull();
+      // Uploading onto the link is refused; the host file is untouched.
+      expect((await s.uploadFiles([["/leak", new TextEncoder().encode("overwritten")]]))[0]!.error).toBe("permission_denied");
       expect(readFileSync(secretFile, "utf8")).toBe("host secret");
       expect((await s.write("/root-door/usr/planted", "x")).code).toBe("permission_denied");
     } finally {
