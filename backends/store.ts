@@ -96,12 +96,19 @@ export class StoreBackend extends BaseBackend {
       path = normalizePath(filePath);
       if (typeof content !== "string") throw errors.invalidArgument("content must be a string");
       const ns = this.namespace;
-      const existing = await this.store.get(ns, path);
+      // A create needs nothing from a stored record: where the store checks the tree itself, one call does it all.
+      const existing = options.overwrite || !this.store.putFile ? await this.store.get(ns, path) : undefined;
       if (existing && !options.overwrite) throw errors.alreadyExists(path);
       const data = fileDataFromText(content, existing?.value.created_at);
-      await this.checkPlace(ns, path, data);
+      const putOptions = options.overwrite ? {} : { expectedVersion: null };
       try {
-        await this.store.put(ns, path, data, options.overwrite ? {} : { expectedVersion: null });
+        if (this.store.putFile) {
+          this.checkSize(path, data);
+          await this.store.putFile(ns, path, data, putOptions);
+        } else {
+          await this.checkPlace(ns, path, data);
+          await this.store.put(ns, path, data, putOptions);
+        }
       } catch (error) {
         throw isStrataError(error, "conflict") ? errors.alreadyExists(path) : error;
       }

@@ -172,6 +172,8 @@ export function runConformance<B extends BackendProtocol>(target: ConformanceTar
         expectCode(await backend.write("/dir", "y"), "is_directory");
         expectCode(await backend.write("/dir", "y", { overwrite: true }), "is_directory");
         expectCode(await backend.write("/dir/inner.txt/child", "y"), "not_a_directory");
+        expectCode(await backend.write("/", "y"), "is_directory");
+        expect(await backend.uploadFiles([["/", bytes("y")]])).toEqual([{ path: "/", error: "is_directory" }]);
         expect(await backend.read("/dir/inner.txt")).toBe("     1\tx");
       });
 

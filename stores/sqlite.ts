@@ -1,5 +1,5 @@
 import Database from "better-sqlite3";
-import { StrataError } from "../core/errors.js";
+import { errors, StrataError } from "../core/errors.js";
 import { ancestorsOf, baseName, parentOf } from "../core/paths.js";
 import type { FileData } from "../core/types.js";
 import { checkEngineKey, DEFAULT_MAX_VALUE_SIZE, fromEngineRecord, searchableNeedle, toEngineRecord, type EngineRecord } from "./records.js";
@@ -108,6 +108,8 @@ const SQL = {
   get: `SELECT ${ITEM_COLUMNS} FROM strata_files WHERE ns = ? AND key = ?`,
   getByIds: `SELECT ${ITEM_COLUMNS} FROM strata_files WHERE id IN (SELECT value FROM json_each(?))`,
   current: "SELECT id, version FROM strata_files WHERE ns = ? AND key = ?",
+  isKey: "SELECT 1 FROM strata_files WHERE ns = ? AND key = ?",
+  isDir: "SELECT 1 FROM strata_dirs WHERE ns = ? AND path = ?",
   insert: `INSERT INTO strata_files (ns, key, parent, content, encoding, original, created_at, modified_at, size, version)
     VALUES (@ns, @key, @parent, @content, @encoding, @original, @created_at, @modified_at, @size, @version)`,
   update: `UPDATE strata_files SET content = @content, encoding = @encoding, original = @original, created_at = @created_at,
@@ -189,6 +191,22 @@ export class SqliteStore implements Store {
         .transaction(() => {
           const added = new Map<string, number>();
           const version = this.putOne(ns, key, record, options.expectedVersion, this.reserveVersions(1), added);
+          this.addToDirs(ns, added);
+          return version;
+        })
+        .immediate();
+    });
+  }
+
+  /** `put` with the tree checks inside its transaction, so no concurrent writer can slip a file or directory in between. */
+  async putFile(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.run(() => {
+      const record = this.record(key, value);
+      const ns = this.namespaceId(namespace, true);
+      return this.db
+        .transaction(() => {
+          const added = new Map<string, number>();
+          const version = this.putOne(ns, key, record, options.expectedVersion, this.reserveVersions(1), added, true);
           this.addToDirs(ns, added);
           return version;
         })
@@ -328,9 +346,11 @@ export class SqliteStore implements Store {
     expected: number | null | undefined,
     version: number,
     added: Map<string, number>,
+    asFile = false,
   ): number {
     const row = this.sql.current.get(ns, key) as { id: number; version: number } | undefined;
     if (!versionMatches(expected, row?.version)) throw versionConflict(key, expected ?? null, row?.version);
+    if (asFile) this.checkTree(ns, key);
     const columns = { ...record, version };
     if (row) {
       this.sql.update.run({ ...columns, id: row.id });
@@ -339,6 +359,18 @@ export class SqliteStore implements Store {
       for (const dir of ancestorsOf(key)) if (dir !== "/") added.set(dir, (added.get(dir) ?? 0) + 1);
     }
     return version;
+  }
+
+  /**
+   * Refuses a file where the tree has a directory (the root, or a key with a
+   * `strata_dirs` row: every directory holding files has one) or where an
+   * ancestor is a file.
+   */
+  private checkTree(ns: number, key: string): void {
+    if (key === "/" || this.sql.isDir.get(ns, key)) throw errors.isDirectory(key);
+    for (const dir of ancestorsOf(key)) {
+      if (dir !== "/" && this.sql.isKey.get(ns, dir)) throw errors.notADirectory(key);
+    }
   }
 
   /** Validates a key and value and lays the value out as columns. */

@@ -62,6 +62,14 @@ export interface Store {
   get(namespace: Namespace, key: string): Promise<StoredItem | undefined>;
   /** Stores a value and returns its new version. */
   put(namespace: Namespace, key: string, value: FileData, options?: PutOptions): Promise<number>;
+  /**
+   * `put` of a file in a directory tree, with the tree checked in the same
+   * atomic step: throws `is_directory` when keys exist under `key + "/"` and
+   * `not_a_directory` when an ancestor directory is itself a key (after the
+   * `expectedVersion` check, which throws `conflict` as in `put`). Optional:
+   * without it the backend checks the tree, then puts.
+   */
+  putFile?(namespace: Namespace, key: string, value: FileData, options?: PutOptions): Promise<number>;
   /** Stores many values atomically where the engine has transactions; returns new versions in order. */
   putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]>;
   /** Removes a key; false when it did not exist. */

@@ -207,6 +207,39 @@ describe("SqliteStore", () => {
     await store.close();
   });
 
+  it("checks the tree in putFile's own transaction, against what other connections wrote", async () => {
+    const path = freshPath();
+    const first = new SqliteStore({ path });
+    const second = new SqliteStore({ path });
+    const ns = ["tree"];
+    const code = (promise: Promise<unknown>) =>
+      promise.then(
+        () => "stored",
+        (error: unknown) => (isStrataError(error) ? error.code : "other"),
+      );
+    try {
+      await first.putFile(ns, "/a/b.txt", fileDataFromText("b"), { expectedVersion: null });
+      await first.putFile(ns, "/x", fileDataFromText("x"), { expectedVersion: null });
+      expect(await code(second.putFile(ns, "/a", fileDataFromText("a")))).toBe("is_directory");
+      expect(await code(second.putFile(["empty"], "/", fileDataFromText("root")))).toBe("is_directory");
+      expect(await code(second.putFile(ns, "/a/b.txt/c", fileDataFromText("c")))).toBe("not_a_directory");
+      expect(await code(second.putFile(ns, "/x/y/z", fileDataFromText("z")))).toBe("not_a_directory");
+      expect(await code(second.putFile(ns, "/a/b.txt", fileDataFromText("again"), { expectedVersion: null }))).toBe("conflict");
+      for (const key of ["/a", "/a/b.txt/c", "/x/y/z"]) expect(await second.get(ns, key)).toBeUndefined();
+      expect((await second.listDirectory(ns, "/")).dirs).toEqual(["a"]);
+      expect(await code(second.putFile(ns, "/a/c.txt", fileDataFromText("c"), { expectedVersion: null }))).toBe("stored");
+      expect((await first.listDirectory(ns, "/a")).files.map((f) => f.key).sort()).toEqual(["/a/b.txt", "/a/c.txt"]);
+      // The backend's create goes through putFile and reports the tree's verdicts as its own errors.
+      const backend = new StoreBackend({ store: second, namespace: ns });
+      expect((await backend.write("/a", "dir")).error).toMatch(/directory/);
+      expect((await backend.write("/x/y", "under a file")).error).toMatch(/not a directory/i);
+      expect((await backend.write("/a/b.txt", "exists")).error).toMatch(/exists/);
+    } finally {
+      await first.close();
+      await second.close();
+    }
+  });
+
   it("never shows the host path when it cannot open the file", () => {
     const missing = join(dir, "no-such-dir", "store.db");
     let error: unknown;
