@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-[ -d node_modules ] || npm ci
+[ -d node_modules ] || npm install --no-audit --no-fund
 rm -f .services/env
 for service in scripts/services/[0-9]*.sh; do
   echo "== starting $(basename "$service" .sh)"
