@@ -13,7 +13,7 @@ import { cpus, release, totalmem, type } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { providers, type SandboxSpec } from "../runtime/index.js";
-import { type BenchGroup, type CaseResult, type GroupContext, describeError, median } from "./harness.js";
+import { type BenchGroup, type CaseResult, type GroupContext, describeError, median, percentile } from "./harness.js";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const COLD_START_FILE = join(ROOT, "runtime", "cold-start.json");
@@ -48,11 +48,6 @@ function setupOf(provider: string): string {
     default:
       return "a host process, a fresh temporary workspace per sandbox";
   }
-}
-
-function percentile(values: readonly number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 }
 
 export function machine(): string {
