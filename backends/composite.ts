@@ -174,7 +174,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     );
   }
 
-  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+  override async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
     return this.batched(
       paths,
       (t, indices) => t.backend.downloadFiles(indices.map((i) => this.target(normalizePath(paths[i]!)).inner)),

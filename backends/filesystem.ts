@@ -284,7 +284,7 @@ export class FilesystemBackend extends BaseBackend {
     });
   }
 
-  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+  override async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
     return mapLimit(paths, IO_CONCURRENCY, async (filePath): Promise<FileDownloadResponse> => {
       try {
         const bytes = await this.openFile(this.resolve(filePath), (handle) => handle.readFile());

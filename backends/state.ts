@@ -1,7 +1,7 @@
 import { BaseBackend, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, StrataError, toFileOperationError } from "../core/errors.js";
-import { fileDataBytes, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
+import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { ancestorsOf, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
@@ -12,7 +12,6 @@ import type {
   EditResult,
   FileData,
   FileDataV2,
-  FileDownloadResponse,
   FileInfo,
   FileUploadResponse,
   GrepMatch,
@@ -81,12 +80,12 @@ export class StateBackend extends BaseBackend {
   async lsInfo(dirPath: string): Promise<FileInfo[]> {
     const dir = normalizePath(dirPath);
     const file = this.record(dir);
-    if (file) return [fileInfo(dir, file)];
+    if (file) return [fileDataInfo(dir, file)];
     const entries: FileInfo[] = [];
     for (const name of this.index.list(dir)) {
       const path = joinPath(dir, name);
       const data = this.record(path);
-      entries.push(data ? fileInfo(path, data) : { path: `${path}/`, is_dir: true });
+      entries.push(data ? fileDataInfo(path, data) : { path: `${path}/`, is_dir: true });
     }
     return sortByPath(entries);
   }
@@ -175,7 +174,7 @@ export class StateBackend extends BaseBackend {
     const matcher = compileGlob(pattern, searchRoot(path));
     const found: FileInfo[] = [];
     for (const [key, data] of this.entries) {
-      if (isWithin(matcher.root, key) && matcher(key)) found.push(fileInfo(key, data));
+      if (isWithin(matcher.root, key) && matcher(key)) found.push(fileDataInfo(key, data));
     }
     return sortByPath(found);
   }
@@ -193,17 +192,6 @@ export class StateBackend extends BaseBackend {
     });
   }
 
-  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    const responses: FileDownloadResponse[] = [];
-    for (const filePath of paths) {
-      try {
-        responses.push({ path: filePath, content: fileDataBytes(await this.readRaw(filePath)), error: null });
-      } catch (error) {
-        responses.push({ path: filePath, content: null, error: toFileOperationError(failure(error, filePath).code) });
-      }
-    }
-    return responses;
-  }
 
   /** Checks the place is free for a file, then stores it and indexes it. */
   private store(path: string, data: FileDataV2): void {
@@ -222,9 +210,6 @@ export class StateBackend extends BaseBackend {
   }
 }
 
-function fileInfo(path: string, data: FileData): FileInfo {
-  return { path, is_dir: false, size: fileDataSize(data), modified_at: data.modified_at };
-}
 
 /** The seeds' helper: a StateBackend together with the runtime that holds its files. */
 export function createStateBackend(options: StateBackendOptions = {}): { backend: StateBackend; runtime: BackendRuntime } {

@@ -1,7 +1,7 @@
 import { BaseBackend, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, isStrataError, StrataError, toFileOperationError } from "../core/errors.js";
-import { fileDataBytes, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
+import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { ancestorsOf, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
@@ -11,7 +11,6 @@ import type {
   EditResult,
   FileData,
   FileDataV2,
-  FileDownloadResponse,
   FileInfo,
   FileUploadResponse,
   GrepMatch,
@@ -75,7 +74,7 @@ export class StoreBackend extends BaseBackend {
     const dir = normalizePath(dirPath);
     const ns = this.namespace;
     const file = dir === "/" ? undefined : await this.store.get(ns, dir);
-    if (file) return [fileInfo(dir, file.value)];
+    if (file) return [fileDataInfo(dir, file.value)];
     const { files, dirs } = await this.store.listDirectory(ns, dir);
     const entries: FileInfo[] = files.map(keyInfo);
     for (const name of dirs) entries.push({ path: `${joinPath(dir, name)}/`, is_dir: true });
@@ -188,7 +187,7 @@ export class StoreBackend extends BaseBackend {
     const ns = this.namespace;
     const found: FileInfo[] = [];
     const file = matcher.root === "/" ? undefined : await this.store.get(ns, matcher.root);
-    if (file && matcher(file.key)) found.push(fileInfo(file.key, file.value));
+    if (file && matcher(file.key)) found.push(fileDataInfo(file.key, file.value));
     for await (const key of this.keys(ns, treePrefix(matcher.root))) {
       if (matcher(key.key)) found.push(keyInfo(key));
     }
@@ -234,17 +233,6 @@ export class StoreBackend extends BaseBackend {
     return responses;
   }
 
-  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    const responses: FileDownloadResponse[] = [];
-    for (const filePath of paths) {
-      try {
-        responses.push({ path: filePath, content: fileDataBytes(await this.readRaw(filePath)), error: null });
-      } catch (error) {
-        responses.push({ path: filePath, content: null, error: toFileOperationError(failure(error, filePath).code) });
-      }
-    }
-    return responses;
-  }
 
   /** Checks the place is free for a file (not a directory, no parent is a file) and the size is allowed. */
   private async checkPlace(ns: Namespace, path: string, data: FileData, pending?: Batch): Promise<void> {
@@ -309,9 +297,6 @@ function treePrefix(dir: string): string {
   return dir === "/" ? "/" : `${dir}/`;
 }
 
-function fileInfo(path: string, data: FileData): FileInfo {
-  return { path, is_dir: false, size: fileDataSize(data), modified_at: data.modified_at };
-}
 
 function keyInfo(key: StoredKey): FileInfo {
   return { path: key.key, is_dir: false, size: key.size, modified_at: key.modified_at };

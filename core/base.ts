@@ -1,7 +1,7 @@
 import type { BackendProtocol } from "./protocol.js";
-import { type StrataError, asStrataError, errors } from "./errors.js";
+import { type StrataError, asStrataError, errors, toFileOperationError } from "./errors.js";
 import { errorString, formatRead, DEFAULT_READ_LIMIT } from "./format.js";
-import { fileDataSize, fileDataText } from "./filedata.js";
+import { fileDataBytes, fileDataSize, fileDataText } from "./filedata.js";
 import { normalizePath } from "./paths.js";
 import type {
   DeleteResult,
@@ -37,7 +37,6 @@ export abstract class BaseBackend implements BackendProtocol {
   abstract grep(pattern: string, path?: string | null, glob?: string | null, options?: GrepOptions): Promise<GrepResult>;
   abstract globInfo(pattern: string, path?: string): Promise<FileInfo[]>;
   abstract uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]>;
-  abstract downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]>;
 
   async read(filePath: string, offset = 0, limit = DEFAULT_READ_LIMIT): Promise<string> {
     try {
@@ -49,6 +48,19 @@ export abstract class BaseBackend implements BackendProtocol {
     } catch (error) {
       return errorString(error);
     }
+  }
+
+  /** Downloads through `readRaw`, one file after another; backends with a batch channel override it. */
+  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+    const responses: FileDownloadResponse[] = [];
+    for (const filePath of paths) {
+      try {
+        responses.push({ path: filePath, content: fileDataBytes(await this.readRaw(filePath)), error: null });
+      } catch (error) {
+        responses.push({ path: filePath, content: null, error: toFileOperationError(failure(error, filePath).code) });
+      }
+    }
+    return responses;
   }
 
   async grepRaw(pattern: string, path?: string | null, glob?: string | null, options?: GrepOptions): Promise<GrepMatch[] | string> {

@@ -1,5 +1,5 @@
 import { errors } from "./errors.js";
-import type { FileData, FileDataV1, FileDataV2 } from "./types.js";
+import type { FileData, FileDataV1, FileDataV2, FileInfo } from "./types.js";
 
 /**
  * File records: v2 (`content` string + `encoding`) is what every backend
@@ -68,6 +68,11 @@ export function fileDataSize(data: FileData): number {
     return (v2.content.length / 4) * 3 - padding;
   }
   return utf8ByteLength(v2.content);
+}
+
+/** The listing entry of a stored file record. */
+export function fileDataInfo(path: string, data: FileData): FileInfo {
+  return { path, is_dir: false, size: fileDataSize(data), modified_at: data.modified_at };
 }
 
 export function utf8ByteLength(text: string): number {

@@ -183,14 +183,23 @@ export class SqliteStore implements Store {
     });
   }
 
-  async put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+  put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.putChecked(namespace, key, value, options, false);
+  }
+
+  /** `put` with the tree checks inside its transaction, so no concurrent writer can slip a file or directory in between. */
+  putFile(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.putChecked(namespace, key, value, options, true);
+  }
+
+  private async putChecked(namespace: Namespace, key: string, value: FileData, options: PutOptions, checkTree: boolean): Promise<number> {
     return this.run(() => {
       const record = this.record(key, value);
       const ns = this.namespaceId(namespace, true);
       return this.db
         .transaction(() => {
           const added = new Map<string, number>();
-          const version = this.putOne(ns, key, record, options.expectedVersion, this.reserveVersions(1), added);
+          const version = this.putOne(ns, key, record, options.expectedVersion, this.reserveVersions(1), added, checkTree);
           this.addToDirs(ns, added);
           return version;
         })
@@ -198,21 +207,6 @@ export class SqliteStore implements Store {
     });
   }
 
-  /** `put` with the tree checks inside its transaction, so no concurrent writer can slip a file or directory in between. */
-  async putFile(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
-    return this.run(() => {
-      const record = this.record(key, value);
-      const ns = this.namespaceId(namespace, true);
-      return this.db
-        .transaction(() => {
-          const added = new Map<string, number>();
-          const version = this.putOne(ns, key, record, options.expectedVersion, this.reserveVersions(1), added, true);
-          this.addToDirs(ns, added);
-          return version;
-        })
-        .immediate();
-    });
-  }
 
   async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
     return this.run(() => {

@@ -20,16 +20,6 @@ mkdir -p "$DOCKER_DIR"
 
 # Debian starts a package's daemons when it is installed; ours runs privately, so
 # keep the system ones off while installing.
-without_service_start() {
-  if [ -e /usr/sbin/policy-rc.d ]; then "$@"; return; fi
-  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-  chmod +x /usr/sbin/policy-rc.d
-  local rc=0
-  "$@" || rc=$?
-  rm -f /usr/sbin/policy-rc.d
-  return "$rc"
-}
-
 without_service_start ensure_packages dockerd:docker.io docker:docker.io
 
 docker_cli() { docker --host "unix://$SOCKET" "$@"; }

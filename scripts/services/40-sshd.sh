@@ -19,16 +19,6 @@ chmod 700 "$SSHD_DIR"
 
 # Debian starts the system sshd (on every interface) when the package is
 # installed; ours runs privately on loopback, so keep the system one off.
-without_service_start() {
-  if [ -e /usr/sbin/policy-rc.d ]; then "$@"; return; fi
-  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-  chmod +x /usr/sbin/policy-rc.d
-  local rc=0
-  "$@" || rc=$?
-  rm -f /usr/sbin/policy-rc.d
-  return "$rc"
-}
-
 without_service_start ensure_packages /usr/sbin/sshd:openssh-server ssh-keygen:openssh-client ssh:openssh-client
 
 if ! id "$USER_NAME" >/dev/null 2>&1; then

@@ -38,3 +38,15 @@ wait_for() {
   echo "timed out waiting for: $*" >&2
   return 1
 }
+
+# Runs a command (an install) with Debian's automatic service start turned off:
+# our services run privately on loopback, never as the system's daemons.
+without_service_start() {
+  if [ -e /usr/sbin/policy-rc.d ]; then "$@"; return; fi
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  local rc=0
+  "$@" || rc=$?
+  rm -f /usr/sbin/policy-rc.d
+  return "$rc"
+}
