@@ -16,6 +16,8 @@ export type ErrorCode =
   | "ambiguous_match"
   | "invalid_argument"
   | "too_large"
+  | "quota_exceeded"
+  | "busy"
   | "conflict"
   | "timeout"
   | "unavailable"
@@ -59,23 +61,28 @@ export function toFileOperationError(code: ErrorCode): FileOperationError {
 /** The one place error wording lives, so every backend says the same thing. */
 export const errors = {
   invalidPath: (path: string, why: string) => new StrataError("invalid_path", `Invalid path '${printable(path)}': ${why}`),
-  notFound: (path: string) => new StrataError("file_not_found", `File '${path}' not found`),
-  isDirectory: (path: string) => new StrataError("is_directory", `'${path}' is a directory, not a file`),
+  notFound: (path: string) => new StrataError("file_not_found", `File '${printable(path)}' not found`),
+  isDirectory: (path: string) => new StrataError("is_directory", `'${printable(path)}' is a directory, not a file`),
   notADirectory: (path: string) =>
-    new StrataError("not_a_directory", `A parent of '${path}' is a file, not a directory`),
+    new StrataError("not_a_directory", `A parent of '${printable(path)}' is a file, not a directory`),
   alreadyExists: (path: string) =>
     new StrataError(
       "already_exists",
-      `File '${path}' already exists. Read it and use edit to change it, or write with overwrite to replace it`,
+      `File '${printable(path)}' already exists. Read it and use edit to change it, or write with overwrite to replace it`,
     ),
   binary: (path: string, size: number) =>
-    new StrataError("binary_file", `'${path}' is a binary file (${size} bytes); download it instead of reading it`),
-  permissionDenied: (path: string) => new StrataError("permission_denied", `Permission denied: '${path}'`),
+    new StrataError("binary_file", `'${printable(path)}' is a binary file (${size} bytes); download it instead of reading it`),
+  permissionDenied: (path: string) => new StrataError("permission_denied", `Permission denied: '${printable(path)}'`),
   tooLarge: (path: string, size: number, max: number) =>
-    new StrataError("too_large", `'${path}' is ${size} bytes, over the ${max}-byte limit`),
+    new StrataError("too_large", `'${printable(path)}' is ${size} bytes, over the ${max}-byte limit`),
+  quotaExceeded: (path: string, why: string) =>
+    new StrataError("quota_exceeded", `Quota exceeded writing '${printable(path)}': ${why}. Delete files to make room`),
+  conflict: (path: string, why: string) =>
+    new StrataError("conflict", `'${printable(path)}' changed while it was being edited (${why}); read it again and retry`),
+  sandboxClosed: (what = "the sandbox") => new StrataError("sandbox_closed", `${what} is closed`),
   invalidArgument: (message: string) => new StrataError("invalid_argument", message),
   io: (path: string, cause?: unknown) =>
-    new StrataError("io_error", `I/O error on '${path}'`, cause === undefined ? undefined : { cause }),
+    new StrataError("io_error", `I/O error on '${printable(path)}'`, cause === undefined ? undefined : { cause }),
 };
 
 /** The error behind one of the four upload/download codes, worded like every other backend's. */
@@ -93,7 +100,7 @@ export function fileOperationError(code: FileOperationError, path: string): Stra
 }
 
 /** Makes a hostile path safe to echo in a message (control characters escaped, length capped). */
-function printable(path: string): string {
+export function printable(path: string): string {
   const escaped = path.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
   return escaped.length > 200 ? `${escaped.slice(0, 200)}…` : escaped;
 }

@@ -1,4 +1,5 @@
-import { StrataError, errors } from "./errors.js";
+import { StrataError } from "./errors.js";
+import { readWindow } from "./limits.js";
 
 /** Lines returned by `read` when no limit is given. */
 export const DEFAULT_READ_LIMIT = 2000;
@@ -38,13 +39,9 @@ export function forEachLine(text: string, visit: (line: string, index: number) =
   return index;
 }
 
-export function validateReadWindow(offset: number, limit: number): void {
-  if (!Number.isInteger(offset) || offset < 0) {
-    throw errors.invalidArgument(`offset must be a non-negative integer line number, got ${String(offset)}`);
-  }
-  if (!Number.isInteger(limit) || limit < 1) {
-    throw errors.invalidArgument(`limit must be a positive integer, got ${String(limit)}`);
-  }
+/** Validates a read window (see limits.ts for the table); returns it with the limit clamped. */
+export function validateReadWindow(offset: unknown, limit: unknown): { offset: number; limit: number } {
+  return readWindow(offset, limit);
 }
 
 /** Renders lines `cat -n` style (`%6d\t`), numbering from `firstLineNumber`, cutting long lines. */
@@ -79,8 +76,8 @@ export function renderWindow(window: readonly string[], offset: number, totalLin
  * `read` over a text held in memory. Scans to the window instead of
  * splitting the whole text, so reading 100 lines of a large file is cheap.
  */
-export function formatRead(text: string, path: string, offset = 0, limit = DEFAULT_READ_LIMIT): string {
-  validateReadWindow(offset, limit);
+export function formatRead(text: string, path: string, offsetArg: unknown = 0, limitArg: unknown = DEFAULT_READ_LIMIT): string {
+  const { offset, limit } = validateReadWindow(offsetArg, limitArg);
   const window: string[] = [];
   const end = offset + limit;
   let pastWindow = false;

@@ -1,4 +1,8 @@
 import { errors } from "./errors.js";
+import { maxCountOf } from "./limits.js";
+
+/** Longest grep pattern, in characters: far beyond any real search, well under argv's 128 KiB per argument. */
+export const MAX_PATTERN_LENGTH = 16 * 1024;
 import type { GrepMatch } from "./types.js";
 
 /** Rejects patterns that cannot match within one line. */
@@ -7,12 +11,15 @@ export function validateGrepPattern(pattern: string): void {
   if (pattern.includes("\n") || pattern.includes("\r")) {
     throw errors.invalidArgument("grep pattern must be a single line (grep matches within lines)");
   }
+  if (pattern.includes("\0")) throw errors.invalidArgument("grep pattern must not contain a NUL byte (files holding NUL are binary and never searched)");
+  if (pattern.length > MAX_PATTERN_LENGTH) {
+    throw errors.invalidArgument(`grep pattern is ${pattern.length} characters, over the ${MAX_PATTERN_LENGTH}-character limit`);
+  }
 }
 
-export function validateMaxCount(maxCount: number | undefined): void {
-  if (maxCount !== undefined && (!Number.isInteger(maxCount) || maxCount < 1)) {
-    throw errors.invalidArgument(`maxCount must be a positive integer, got ${String(maxCount)}`);
-  }
+/** Validates grep's `maxCount` (see limits.ts); returns the cap, undefined for none. */
+export function validateMaxCount(maxCount: unknown): number | undefined {
+  return maxCountOf(maxCount);
 }
 
 /** A text is treated as binary (and skipped by grep) when it contains a NUL character. */

@@ -13,3 +13,5 @@ export * from "./grep.js";
 export * from "./filedata.js";
 export * from "./tree.js";
 export * from "./base.js";
+export * from "./limits.js";
+export * from "./lock.js";
