@@ -15,6 +15,9 @@ import { isSandboxBackend, type BackendProtocol, type SandboxBackendProtocol } f
 import type { ErrorCode } from "../core/errors.js";
 import { isWithin } from "../core/paths.js";
 import type { FileInfo } from "../core/types.js";
+import { describeReliability } from "./reliability.js";
+
+export { describeReliability, type ReliabilityOptions } from "./reliability.js";
 
 export interface ConformanceCapabilities {
   /** The backend is a sandbox: `execute` is tested. */
@@ -29,12 +32,18 @@ export interface ConformanceCapabilities {
   mountPoints?: readonly string[];
   /** Runs of the property-based comparison with StateBackend (default 25; 0 turns it off for very slow backends). */
   propertyRuns?: number;
+  /** Runs of the concurrent differential fuzz (default: propertyRuns, at most 25; 0 turns it off). */
+  fuzzRuns?: number;
+  /** The code operations answer after `close` (default `sandbox_closed`; stores answer `unavailable`). */
+  closedCode?: ErrorCode;
 }
 
 export interface ConformanceTarget<B extends BackendProtocol = BackendProtocol> {
   name: string;
   create: () => Promise<B> | B;
   destroy?: (backend: B) => Promise<void> | void;
+  /** Makes the backend unusable (a sandbox's or a store's close): the "after close" section runs when given. */
+  close?: (backend: B) => Promise<void> | void;
   capabilities?: ConformanceCapabilities;
 }
 
@@ -607,6 +616,16 @@ export function runConformance<B extends BackendProtocol>(target: ConformanceTar
         });
       });
     }
+
+    describeReliability({
+      backend: () => backend,
+      create: target.create,
+      destroy: target.destroy,
+      close: target.close,
+      closedCode: caps.closedCode ?? "sandbox_closed",
+      fuzzRuns: caps.fuzzRuns ?? Math.min(caps.propertyRuns ?? 25, 25),
+      execute: caps.execute === true,
+    });
 
     if (caps.execute) {
       describe("execute", () => {
