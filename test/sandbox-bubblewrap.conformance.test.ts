@@ -14,6 +14,7 @@ for (const toolset of ["host", "busybox"] as const) {
     name: `BubblewrapSandbox (${toolset === "host" ? "GNU coreutils" : "BusyBox"})`,
     create: () => new BubblewrapSandbox({ toolset }),
     destroy: (sandbox) => sandbox.close(),
+    close: (sandbox) => sandbox.close(),
     capabilities: { execute: true },
   });
 }

@@ -5,5 +5,6 @@ runConformance({
   name: "LocalSandbox",
   create: () => new LocalSandbox(),
   destroy: (sandbox) => sandbox.close(),
+  close: (sandbox) => sandbox.close(),
   capabilities: { execute: true },
 });

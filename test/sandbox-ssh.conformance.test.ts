@@ -18,5 +18,6 @@ runConformance({
   name: "SshSandbox",
   create: () => SshSandbox.connect({ ...options, workspace: `${root}/${randomUUID()}` }),
   destroy: (sandbox) => sandbox.close(),
+  close: (sandbox) => sandbox.close(),
   capabilities: { execute: true },
 });
