@@ -1,9 +1,10 @@
-import { BaseBackend, failure } from "../core/base.js";
+import { BaseBackend, checkBatch, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, StrataError, toFileOperationError } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
+import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
 import { ancestorsOf, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import { BackendRuntime } from "../core/protocol.js";
 import { DirectoryIndex } from "../core/tree.js";
@@ -26,41 +27,112 @@ export type FilesState = Record<string, FileData>;
 export interface StateBackendOptions {
   /** Largest file, in bytes, that write, edit and upload accept. */
   maxFileSize?: number;
+  /** Limits on the total bytes and number of files held; write, edit and upload beyond it fail with `quota_exceeded`. */
+  quota?: Quota;
+}
+
+/** What deepagents passes: any object with a `state` holding `files`. */
+export interface StateRuntimeLike {
+  state: Record<string, unknown>;
+}
+
+interface Indexed {
+  /** The bare files object the index describes (the backend reads and writes it directly). */
+  files: FilesState;
+  watch: Watch;
+  /** The watch's version this index reflects. */
+  version: number;
+  index: DirectoryIndex;
+  entries?: Array<[string, FileData]>;
+  usage?: Usage;
+}
+
+/**
+ * One per files map: `runtime.state.files` is set to `proxy`, which counts
+ * every change others make through it; backends count their own changes.
+ * An index built at another version is rebuilt.
+ */
+interface Watch {
+  proxy: FilesState;
+  version: number;
+}
+
+const bareOf = new WeakMap<object, FilesState>();
+const watches = new WeakMap<FilesState, Watch>();
+
+function watchOf(files: FilesState): Watch {
+  let watch = watches.get(files);
+  if (!watch) {
+    const w: Watch = { proxy: files, version: 0 };
+    w.proxy = new Proxy(files, {
+      set: (target, key, value) => (w.version++, Reflect.set(target, key, value)),
+      deleteProperty: (target, key) => (w.version++, Reflect.deleteProperty(target, key)),
+      defineProperty: (target, key, descriptor) => (w.version++, Reflect.defineProperty(target, key, descriptor)),
+    });
+    bareOf.set(w.proxy, files);
+    watches.set(files, w);
+    watch = w;
+  }
+  return watch;
 }
 
 /**
  * Files in the agent's state (`runtime.state.files`), or in a map of its own
  * when constructed without a runtime. Writes apply to that map and also
  * return `filesUpdate`, so a LangGraph reducer that merges them stays in step.
+ *
+ * Others may change the files too. Replacing `runtime.state.files` wholesale
+ * is noticed by identity; changing it in place (a key set or deleted) is
+ * noticed because the backend puts the map behind a Proxy that counts every
+ * such change, and an index built at an older count is rebuilt (reads go to
+ * the bare map, so they cost nothing extra; several backends may share one
+ * map). A reference to the bare map taken before the backend first
+ * saw it bypasses the proxy: change the files through `runtime.state.files`
+ * or `backend.files`. Every mutation here is synchronous (no await between
+ * reading a record and storing its successor), so concurrent calls on one
+ * path apply one after another and none is lost.
  */
 export class StateBackend extends BaseBackend {
-  private indexed: { files: FilesState; index: DirectoryIndex; entries?: Array<[string, FileData]> } | undefined;
+  readonly runtime: BackendRuntime;
+  private readonly options: StateBackendOptions;
+  private readonly quota: Quota | undefined;
+  private indexed: Indexed | undefined;
 
-  constructor(
-    readonly runtime: BackendRuntime = new BackendRuntime({ files: {} }),
-    private readonly options: StateBackendOptions = {},
-  ) {
+  constructor(runtime: BackendRuntime | StateRuntimeLike = new BackendRuntime({ files: {} }), options: StateBackendOptions = {}) {
     super();
+    if (runtime instanceof BackendRuntime) this.runtime = runtime;
+    else if (typeof runtime === "object" && runtime !== null && typeof runtime.state === "object" && runtime.state !== null) {
+      // The same state object, so files the caller's runtime holds are the ones used.
+      this.runtime = new BackendRuntime(runtime.state);
+    } else throw errors.invalidArgument("StateBackend takes a BackendRuntime or an object with a `state`");
+    this.options = options;
+    this.quota = validateQuota(options.quota);
   }
 
-  /** The live files map. Replacing `runtime.state.files` wholesale is noticed and re-indexed. */
+  /** The live files map (behind the change-noticing proxy). */
   get files(): FilesState {
-    let files = this.runtime.getState<FilesState | undefined>("files");
-    if (typeof files !== "object" || files === null) {
-      files = {};
-      this.runtime.setState("files", files);
-    }
-    return files;
+    return this.indexes.watch.proxy;
   }
 
   private get index(): DirectoryIndex {
     return this.indexes.index;
   }
 
-  private get indexes(): { files: FilesState; index: DirectoryIndex; entries?: Array<[string, FileData]> } {
-    const files = this.files;
-    if (this.indexed?.files !== files) this.indexed = { files, index: DirectoryIndex.of(Object.keys(files)) };
+  private get indexes(): Indexed {
+    let current = this.runtime.getState<FilesState | undefined>("files");
+    if (typeof current !== "object" || current === null) current = {};
+    const files = bareOf.get(current) ?? current;
+    const watch = watchOf(files);
+    if (current !== watch.proxy) this.runtime.setState("files", watch.proxy);
+    if (this.indexed?.files === files && this.indexed.version === watch.version) return this.indexed;
+    this.indexed = { files, watch, version: watch.version, index: DirectoryIndex.of(Object.keys(files)) };
     return this.indexed;
+  }
+
+  /** Records a change this backend made (its index already follows it), so other backends on the map re-index. */
+  private changed(indexes: Indexed): void {
+    indexes.entries = undefined;
+    indexes.version = ++indexes.watch.version;
   }
 
   /**
@@ -73,8 +145,20 @@ export class StateBackend extends BaseBackend {
     return (indexes.entries ??= Object.entries(indexes.files));
   }
 
+  /** Bytes and files held, measured once per index and then kept up to date by `store` and `delete`. */
+  private get usage(): Usage {
+    const indexes = this.indexes;
+    if (!indexes.usage) {
+      let bytes = 0;
+      for (const [, data] of this.entries) bytes += fileDataSize(data);
+      indexes.usage = { bytes, files: this.entries.length };
+    }
+    return indexes.usage;
+  }
+
   private record(path: string): FileData | undefined {
-    return Object.hasOwn(this.files, path) ? this.files[path] : undefined;
+    const files = this.indexes.files;
+    return Object.hasOwn(files, path) ? files[path] : undefined;
   }
 
   async lsInfo(dirPath: string): Promise<FileInfo[]> {
@@ -91,7 +175,10 @@ export class StateBackend extends BaseBackend {
   }
 
   async readRaw(filePath: string): Promise<FileDataV2> {
-    const path = normalizePath(filePath);
+    return this.readNow(normalizePath(filePath));
+  }
+
+  private readNow(path: string): FileDataV2 {
     const data = this.record(path);
     if (data) return toFileDataV2(data);
     throw this.index.isDirectory(path) ? errors.isDirectory(path) : errors.notFound(path);
@@ -116,7 +203,8 @@ export class StateBackend extends BaseBackend {
     let path = filePath;
     try {
       path = normalizePath(filePath);
-      const current = await this.readRaw(path);
+      // Synchronous from here to the store: no other call can change the file in between.
+      const current = this.readNow(path);
       const text = fileDataText(current);
       if (text === null) throw errors.binary(path, fileDataSize(current));
       const { text: updated, occurrences } = applyEdit(text, oldString, newString, replaceAll, path);
@@ -134,22 +222,26 @@ export class StateBackend extends BaseBackend {
       path = normalizePath(filePath);
       if (path === "/") throw new StrataError("permission_denied", "Refusing to delete '/'");
       const removed: Record<string, null> = {};
-      this.indexes.entries = undefined;
-      if (this.record(path)) {
-        delete this.files[path];
-        this.index.removeFile(path);
-        removed[path] = null;
-      } else if (this.index.isDirectory(path)) {
-        for (const key of Object.keys(this.files)) {
-          if (isWithin(path, key)) {
-            delete this.files[key];
-            removed[key] = null;
-          }
+      const indexes = this.indexes;
+      const { files, index } = indexes;
+      const remove = (key: string) => {
+        if (indexes.usage) {
+          indexes.usage.bytes -= fileDataSize(files[key]!);
+          indexes.usage.files -= 1;
         }
-        this.index.removeTree(path);
+        delete files[key];
+        removed[key] = null;
+      };
+      if (this.record(path)) {
+        remove(path);
+        index.removeFile(path);
+      } else if (index.isDirectory(path)) {
+        for (const key of Object.keys(files)) if (isWithin(path, key)) remove(key);
+        index.removeTree(path);
       } else {
         throw errors.notFound(path);
       }
+      this.changed(indexes);
       return { path, filesUpdate: removed };
     } catch (error) {
       return failure(error, path);
@@ -179,19 +271,23 @@ export class StateBackend extends BaseBackend {
     return sortByPath(found);
   }
 
+  /** Responses echo each path exactly as the caller gave it (seed 000). */
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    return files.map(([filePath, bytes]) => {
+    checkBatch(files, "uploadFiles");
+    return files.map((item) => {
+      const filePath = Array.isArray(item) ? (item[0] as string) : String(item);
       try {
+        if (!Array.isArray(item)) throw errors.invalidArgument("each upload must be a [path, bytes] pair");
         const path = normalizePath(filePath);
+        const bytes: unknown = item[1];
         if (!(bytes instanceof Uint8Array)) throw errors.invalidArgument("upload content must be bytes");
         this.store(path, fileDataFromBytes(bytes, this.record(path)?.created_at));
-        return { path, error: null };
+        return { path: filePath, error: null };
       } catch (error) {
         return { path: filePath, error: toFileOperationError(failure(error, filePath).code) };
       }
     });
   }
-
 
   /** Checks the place is free for a file, then stores it and indexes it. */
   private store(path: string, data: FileDataV2): void {
@@ -203,10 +299,18 @@ export class StateBackend extends BaseBackend {
     if (this.options.maxFileSize !== undefined && size > this.options.maxFileSize) {
       throw errors.tooLarge(path, size, this.options.maxFileSize);
     }
-    const isNew = !this.record(path);
-    this.files[path] = data;
-    this.indexes.entries = undefined;
-    if (isNew) this.index.addFile(path);
+    const previous = this.record(path);
+    if (this.quota) {
+      checkQuota(this.quota, this.usage, { bytes: size - (previous ? fileDataSize(previous) : 0), files: previous ? 0 : 1 }, path);
+    }
+    const indexes = this.indexes;
+    if (indexes.usage) {
+      indexes.usage.bytes += size - (previous ? fileDataSize(previous) : 0);
+      if (!previous) indexes.usage.files += 1;
+    }
+    indexes.files[path] = data;
+    if (!previous) indexes.index.addFile(path);
+    this.changed(indexes);
   }
 }
 

@@ -24,6 +24,17 @@ export function failure(error: unknown, path: string): { error: string; code: St
 }
 
 /**
+ * Rejects a batch argument that is not an array: a string would otherwise be
+ * iterated character by character, and anything else throws a raw TypeError.
+ */
+export function checkBatch(items: unknown, method: "uploadFiles" | "downloadFiles"): void {
+  if (!Array.isArray(items)) {
+    const what = method === "uploadFiles" ? "an array of [path, bytes] pairs" : "an array of paths";
+    throw errors.invalidArgument(`${method} takes ${what}, got ${items === null ? "null" : typeof items}`);
+  }
+}
+
+/**
  * What every backend derives the same way: `read` from `readRaw` plus the
  * shared formatter, and the seeds' `grepRaw` from the structured `grep`.
  * Backends with a faster path (streaming disk reads, a shell) override `read`.
@@ -52,6 +63,7 @@ export abstract class BaseBackend implements BackendProtocol {
 
   /** Downloads through `readRaw`, one file after another; backends with a batch channel override it. */
   async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+    checkBatch(paths, "downloadFiles");
     const responses: FileDownloadResponse[] = [];
     for (const filePath of paths) {
       try {

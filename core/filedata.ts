@@ -35,7 +35,13 @@ export function now(): string {
   return new Date().toISOString();
 }
 
+/**
+ * A text becomes a record by the contract's one rule, "binary = contains NUL
+ * or invalid UTF-8": a text holding NUL is stored as base64, exactly as its
+ * bytes would be by fileDataFromBytes, so every backend reports it the same.
+ */
 export function fileDataFromText(text: string, createdAt?: string): FileDataV2 {
+  if (text.includes("\0")) return fileDataFromBytes(utf8.encode(text), createdAt);
   const timestamp = now();
   return { content: text, encoding: "utf-8", created_at: createdAt ?? timestamp, modified_at: timestamp };
 }
