@@ -1,4 +1,5 @@
 import { StrataError } from "../core/errors.js";
+import { timeoutSeconds } from "../core/limits.js";
 import type { SandboxBackendProtocol } from "../core/protocol.js";
 import { BackendSandboxClosed } from "./errors.js";
 import type { Payload, ResultOf } from "./payloads.js";
@@ -149,6 +150,7 @@ export class SandboxHandle<S extends SandboxBackendProtocol = SandboxBackendProt
 
   /** Closes the sandbox after `seconds`, whatever its references (the spec's timeout). */
   closeAfter(seconds: number, onError: (error: unknown) => void): void {
+    timeoutSeconds(seconds, "lifetime timeout");
     this.#clearLifetime();
     this.#lifetime = setTimeout(() => {
       this.provider.close(this).catch(onError);

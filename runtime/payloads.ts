@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { z } from "zod";
 import { errors, fileOperationError, StrataError, type ErrorCode } from "../core/errors.js";
 import { decodeText, encodeText } from "../core/filedata.js";
+import { timeoutSeconds } from "../core/limits.js";
 import { normalizePath, parentOf } from "../core/paths.js";
 import type { SandboxBackendProtocol } from "../core/protocol.js";
 import type { ExecuteOptions, FileInfo } from "../core/types.js";
@@ -21,8 +22,18 @@ import { shellQuote, TIMEOUT_EXIT_CODE } from "../sandboxes/base.js";
 
 const pathField = z.string().min(1);
 const env = z.record(z.string(), z.string());
-/** Seconds, like ExecuteOptions.timeout. */
-const timeout = z.number().positive().finite();
+/**
+ * Seconds, like ExecuteOptions.timeout, checked by core's one rule: a delay
+ * past what a timer can hold would fire at once instead of never.
+ */
+export const TimeoutSchema = z.number().superRefine((value, context) => {
+  try {
+    timeoutSeconds(value);
+  } catch (error) {
+    context.addIssue({ code: "custom", message: (error as Error).message });
+  }
+});
+const timeout = TimeoutSchema;
 
 export const CommandRunSchema = z
   .object({
@@ -101,13 +112,20 @@ export const PAYLOAD_TYPES: readonly PayloadType[] = [
 
 type Fields<S extends z.ZodType> = Omit<z.input<S>, "type">;
 
+/** A builder's bad field is the caller's mistake: a typed invalid_argument, not a raw ZodError. */
+function build<S extends z.ZodType>(schema: S, value: unknown): z.output<S> {
+  const parsed = schema.safeParse(value);
+  if (!parsed.success) throw new StrataError("invalid_argument", `Invalid payload: ${z.prettifyError(parsed.error)}`);
+  return parsed.data;
+}
+
 /** Builders: `commandRun({ cmd: "ls" })` instead of spelling out `type`. */
-export const commandRun = (fields: Fields<typeof CommandRunSchema>): CommandRun => CommandRunSchema.parse({ ...fields, type: "command.run" });
-export const filesRead = (fields: Fields<typeof FilesReadSchema>): FilesRead => FilesReadSchema.parse({ ...fields, type: "files.read" });
-export const filesWrite = (fields: Fields<typeof FilesWriteSchema>): FilesWrite => FilesWriteSchema.parse({ ...fields, type: "files.write" });
-export const filesList = (fields: Fields<typeof FilesListSchema>): FilesList => FilesListSchema.parse({ ...fields, type: "files.list" });
-export const filesExists = (fields: Fields<typeof FilesExistsSchema>): FilesExists => FilesExistsSchema.parse({ ...fields, type: "files.exists" });
-export const codeRun = (fields: Fields<typeof CodeRunSchema>): CodeRun => CodeRunSchema.parse({ ...fields, type: "code.run" });
+export const commandRun = (fields: Fields<typeof CommandRunSchema>): CommandRun => build(CommandRunSchema, { ...fields, type: "command.run" });
+export const filesRead = (fields: Fields<typeof FilesReadSchema>): FilesRead => build(FilesReadSchema, { ...fields, type: "files.read" });
+export const filesWrite = (fields: Fields<typeof FilesWriteSchema>): FilesWrite => build(FilesWriteSchema, { ...fields, type: "files.write" });
+export const filesList = (fields: Fields<typeof FilesListSchema>): FilesList => build(FilesListSchema, { ...fields, type: "files.list" });
+export const filesExists = (fields: Fields<typeof FilesExistsSchema>): FilesExists => build(FilesExistsSchema, { ...fields, type: "files.exists" });
+export const codeRun = (fields: Fields<typeof CodeRunSchema>): CodeRun => build(CodeRunSchema, { ...fields, type: "code.run" });
 
 // ---------------------------------------------------------------- results
 

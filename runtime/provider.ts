@@ -4,7 +4,7 @@ import { StrataError } from "../core/errors.js";
 import type { SandboxBackendProtocol } from "../core/protocol.js";
 import { BackendSandboxClosed, UnsupportedBackendTool } from "./errors.js";
 import { SandboxHandle } from "./handle.js";
-import { dispatchPayload, isFailure, parsePayload, PAYLOAD_TYPES, type Payload, type PayloadType, type ResultOf } from "./payloads.js";
+import { dispatchPayload, isFailure, parsePayload, PAYLOAD_TYPES, TimeoutSchema, type Payload, type PayloadType, type ResultOf } from "./payloads.js";
 
 /**
  * What opens sandboxes (OpenRath's `Backend`): a provider says what it can
@@ -86,7 +86,7 @@ export const SandboxSpecSchema = z
     /** Environment of every command run through the handle's payloads. */
     env: z.record(envName, z.string()).optional(),
     /** Lifetime in seconds: after it the sandbox is closed, whatever its references. */
-    timeout: z.number().positive().finite().optional(),
+    timeout: TimeoutSchema.optional(),
     /** Workspace directory: on the host (local, bubblewrap), in the container (docker), on the remote host (ssh). */
     workingDir: z.string().min(1).optional(),
   })

@@ -1,4 +1,5 @@
 import { StrataError } from "../core/errors.js";
+import { timeoutSeconds } from "../core/limits.js";
 import { StreamFailed } from "./errors.js";
 import type { Payload, ResultOf } from "./payloads.js";
 
@@ -101,11 +102,16 @@ export class StreamEvent {
   }
 
   /** Resolves when the event completes; rejects if its stream failed first, or after `timeoutSeconds`. */
-  wait(timeoutSeconds?: number): Promise<void> {
-    if (timeoutSeconds === undefined) return this.#done;
+  wait(seconds?: number): Promise<void> {
+    if (seconds === undefined) return this.#done;
+    try {
+      timeoutSeconds(seconds);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new StrataError("timeout", `Event not reached within ${timeoutSeconds} s`)), timeoutSeconds * 1000);
+      timer = setTimeout(() => reject(new StrataError("timeout", `Event not reached within ${seconds} s`)), seconds * 1000);
     });
     return Promise.race([this.#done, timedOut]).finally(() => clearTimeout(timer));
   }
@@ -170,14 +176,17 @@ export class Stream implements AsyncDisposable {
    * stream) completes. If the event fails or is not reached within
    * `timeoutSeconds`, this stream fails rather than run work out of order.
    */
-  waitEvent(event: StreamEvent, timeoutSeconds?: number): void {
+  waitEvent(event: StreamEvent, seconds?: number): void {
+    // Checked now, so a bad duration is the caller's error and does not fail the stream later.
+    if (seconds !== undefined) timeoutSeconds(seconds);
     if (this.#refusal()) return;
-    this.#enqueue({ kind: "wait", event, timeoutSeconds });
+    this.#enqueue({ kind: "wait", event, timeoutSeconds: seconds });
   }
 
   /** Work submitted after this call waits for everything submitted to `other` so far. */
-  waitStream(other: Stream, timeoutSeconds?: number): void {
-    this.waitEvent(other.recordEvent(), timeoutSeconds);
+  waitStream(other: Stream, seconds?: number): void {
+    if (seconds !== undefined) timeoutSeconds(seconds);
+    this.waitEvent(other.recordEvent(), seconds);
   }
 
   /** Resolves when everything submitted so far has run; rejects if the stream failed. */
