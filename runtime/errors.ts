@@ -6,6 +6,15 @@ import { StrataError } from "../core/errors.js";
  * so callers that only look at `code` keep working.
  */
 
+/**
+ * StrataError fixes `name` to "StrataError"; each runtime error names its own
+ * class instead (a literal, so bundlers that rename classes cannot change it),
+ * while `code` and `instanceof StrataError` stay as they were.
+ */
+function nameAs(error: StrataError, name: string): void {
+  Object.defineProperty(error, "name", { value: name, enumerable: true, configurable: true, writable: false });
+}
+
 /** No provider of that name is registered (or none of several is available); the message lists what there is. */
 export class BackendNotFound extends StrataError {
   constructor(
@@ -14,6 +23,7 @@ export class BackendNotFound extends StrataError {
     problem = `Sandbox provider '${providerName}' is not registered`,
   ) {
     super("invalid_argument", `${problem}; available: ${available.length > 0 ? available.join(", ") : "none"}`);
+    nameAs(this, "BackendNotFound");
   }
 }
 
@@ -24,6 +34,7 @@ export class BackendSandboxClosed extends StrataError {
     what = "is closed",
   ) {
     super("sandbox_closed", `Sandbox '${sandboxId}' ${what}`);
+    nameAs(this, "BackendSandboxClosed");
   }
 }
 
@@ -38,6 +49,7 @@ export class UnsupportedBackendTool extends StrataError {
       "unsupported",
       `Sandbox provider '${providerName}' does not support payload '${payloadType}'; it supports: ${supported.join(", ") || "none"}`,
     );
+    nameAs(this, "UnsupportedBackendTool");
   }
 }
 
@@ -45,5 +57,6 @@ export class UnsupportedBackendTool extends StrataError {
 export class StreamFailed extends StrataError {
   constructor(message: string, options?: { cause?: unknown }) {
     super("unavailable", message, options);
+    nameAs(this, "StreamFailed");
   }
 }
