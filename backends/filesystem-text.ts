@@ -32,8 +32,8 @@ function decodeLines(parts: Buffer[]): string | null {
  * Output equals formatRead's, except that NUL or invalid UTF-8 is only
  * noticed in the bytes read (NUL in any chunk read, UTF-8 in the window).
  */
-export async function readWindow(handle: FileHandle, path: string, size: number, offset: number, limit: number): Promise<string> {
-  validateReadWindow(offset, limit);
+export async function readWindow(handle: FileHandle, path: string, size: number, offsetArg: unknown, limitArg: unknown): Promise<string> {
+  const { offset, limit } = validateReadWindow(offsetArg, limitArg);
   const end = offset + limit;
   const window: string[] = [];
   const buffer = Buffer.allocUnsafe(CHUNK_SIZE);
@@ -195,7 +195,12 @@ export async function ripgrepCandidates(dir: FileHandle, pattern: string, visit:
   const rg = await ripgrepPath();
   if (!rg) return false;
   const args = ["--files-with-matches", "--null", "--fixed-strings", "--hidden", "--no-ignore", "--no-config", "--no-messages", "-E", "none"];
-  const child = spawn(rg, [...args, "-e", pattern, "--", "."], { cwd: at(dir), stdio: ["ignore", "pipe", "ignore"] });
+  let child: ReturnType<typeof spawn>;
+  try {
+    child = spawn(rg, [...args, "-e", pattern, "--", "."], { cwd: at(dir), stdio: ["ignore", "pipe", "ignore"] });
+  } catch {
+    return false; // an argument rg cannot be given (too long, a NUL): the JS walk answers instead
+  }
   const exit = new Promise<number | null>((resolve) => {
     child.on("error", () => resolve(null));
     child.on("close", resolve);

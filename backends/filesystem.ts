@@ -1,18 +1,20 @@
 import type { Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
-import { BaseBackend, failure } from "../core/base.js";
+import { BaseBackend, checkBatch, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, StrataError, toFileOperationError } from "../core/errors.js";
 import { decodeText, encodeText, fileDataFromBytes } from "../core/filedata.js";
 import { DEFAULT_READ_LIMIT, errorString, formatRead } from "../core/format.js";
 import { compileGlob } from "../core/glob.js";
 import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
+import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
+import { KeyedMutex } from "../core/lock.js";
 import { isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
 import type { DeleteResult, EditResult, FileDataV2, FileDownloadResponse, FileInfo, FileUploadResponse, GrepMatch } from "../core/types.js";
 import type { GrepOptions, GrepResult, WriteOptions, WriteResult } from "../core/types.js";
 import { grepFile, type Needle, readWindow, ripgrepCandidates, ripgrepPath, WHOLE_FILE_LIMIT } from "./filesystem-text.js";
-import { at, errno, lstatAt, lstatAtSync, openDirAt, openDirPath, procFdAvailable, READ_FLAGS } from "./safe-fs.js";
+import { at, errno, isInternalName, lstatAt, lstatAtSync, openDirAt, openDirPath, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
 import { DirCursor, readDirAt, removeAt, Slicer, walkFiles, writeAtomicAt } from "./safe-fs.js";
 
 export interface FilesystemBackendOptions {
@@ -36,6 +38,15 @@ export interface FilesystemBackendOptions {
    * makes them several times faster.
    */
   fsync?: boolean;
+  /**
+   * Limits on the total bytes and number of files under `rootDir`; write,
+   * edit and upload beyond it fail with `quota_exceeded`. Usage is measured
+   * with one walk when first needed, then kept up to date from this
+   * backend's own changes; files written by anything else (a command, another
+   * process) are only counted at the next measure, which happens whenever a
+   * change would exceed the quota, so a stale count never refuses wrongly.
+   */
+  quota?: Quota;
 }
 
 /** Uploads and downloads in flight at once. */
@@ -55,22 +66,41 @@ type FileVisitor = (dirFd: number, name: string, path: string) => void | Promise
 type SearchStart = { dir: FileHandle } | { parent: FileHandle; name: string; stat: Stats } | undefined;
 
 /**
+ * Every change of a path takes its turn here first (backends over one root
+ * share the key), so within a process only one change per path at a time
+ * waits on the path's lock file.
+ */
+const pathTurns = new KeyedMutex();
+
+/**
  * Files on the real disk, confined to `rootDir`. Every path is resolved
  * through directory fds (see safe-fs.ts), so neither `..`, nor a symlink,
  * nor a symlink swapped in mid-operation leads outside the root. Symlinks
  * are never followed: ls shows them as entries, reading or walking through
  * one is `permission_denied`, deleting one removes the link. Writes are
  * atomic (temp file, fsync, rename or link).
+ *
+ * No acknowledged change is lost: every write, edit, upload and delete of a
+ * path runs alone, in this process (a per-path turn) and across Strata
+ * processes sharing the disk (an exclusive lock file beside the target, see
+ * withFileLock). Writers that are not Strata take no lock; against them an
+ * edit checks, right before its rename, that the file is still the one it
+ * read (inode, size, mtime, ctime) and answers `conflict` otherwise.
  */
 export class FilesystemBackend extends BaseBackend {
   readonly rootDir: string;
   readonly virtualMode: boolean;
   private hostRootReady: Promise<string> | undefined;
+  private readonly quota: Quota | undefined;
+  /** What the root holds, once measured; undefined until needed or after a change too large to track (a directory delete). */
+  private usage: Usage | undefined;
+  private measuring: Promise<Usage> | undefined;
 
   constructor(private readonly options: FilesystemBackendOptions) {
     super();
     this.rootDir = nodePath.resolve(options.rootDir);
     this.virtualMode = options.virtualMode ?? true;
+    this.quota = validateQuota(options.quota);
   }
 
   /** True when grep will use ripgrep to find candidate files. */
@@ -88,7 +118,7 @@ export class FilesystemBackend extends BaseBackend {
         return [this.info(r.path, start.stat)];
       }
       try {
-        const entries = await readDirAt(start.dir);
+        const entries = (await readDirAt(start.dir)).filter((entry) => !isInternalName(entry.name));
         const infos = await Promise.all(
           entries.map(async (entry) => {
             const stat = await lstatAt(start.dir, entry.name).catch(() => undefined);
@@ -152,15 +182,26 @@ export class FilesystemBackend extends BaseBackend {
     try {
       const r = this.resolve(filePath);
       shown = r.shown;
-      const { text, mode } = await this.openFile(r, async (handle, stat) => {
-        const current = decodeText(await handle.readFile());
-        if (current === null) throw errors.binary(r.shown, stat.size);
-        return { text: current, mode: stat.mode & 0o777 };
+      const occurrences = await this.mutate(r, false, async (dir, name) => {
+        const { text, read } = await openFileIn(dir, name, r.shown, async (handle, stat) => {
+          const current = decodeText(await handle.readFile());
+          if (current === null) throw errors.binary(r.shown, stat.size);
+          return { text: current, read: stat };
+        });
+        const edited = applyEdit(text, oldString, newString, replaceAll, r.shown);
+        const bytes = encodeText(edited.text);
+        this.checkSize(r.shown, bytes.length);
+        // A writer that is not Strata takes no lock: make sure the file is still the one read.
+        const unchanged = async () => {
+          const now = await lstatAt(dir, name).catch(() => undefined);
+          const same = now && now.ino === read.ino && now.size === read.size && now.mtimeMs === read.mtimeMs && now.ctimeMs === read.ctimeMs;
+          if (!same) throw errors.conflict(r.shown, "another program changed it");
+        };
+        await this.withinQuota(r.shown, { bytes: bytes.length - read.size, files: 0 }, () =>
+          writeAtomicAt(dir, name, bytes, { overwrite: true, mode: read.mode & 0o777, fsync: this.options.fsync, beforeReplace: unchanged }),
+        );
+        return edited.occurrences;
       });
-      const { text: updated, occurrences } = applyEdit(text, oldString, newString, replaceAll, r.shown);
-      const bytes = encodeText(updated);
-      this.checkSize(r.shown, bytes.length);
-      await this.inParent(r, false, (dir, name) => writeAtomicAt(dir, name, bytes, { overwrite: true, mode, fsync: this.options.fsync }));
       return { path: r.shown, occurrences, filesUpdate: null };
     } catch (error) {
       return failure(fsError(error, shown), shown);
@@ -173,7 +214,13 @@ export class FilesystemBackend extends BaseBackend {
       const r = this.resolve(filePath);
       shown = r.shown;
       if (r.path === "/") throw new StrataError("permission_denied", `Refusing to delete '${r.shown}'`);
-      await this.inParent(r, false, removeAt);
+      await this.mutate(r, false, async (dir, name) => {
+        const stat = await lstatAt(dir, name);
+        await removeAt(dir, name);
+        if (!this.usage) return;
+        if (stat.isDirectory()) this.usage = undefined; // measured again when next needed
+        else if (stat.isFile()) this.usage = { bytes: this.usage.bytes - stat.size, files: this.usage.files - 1 };
+      });
       return { path: r.shown, filesUpdate: null };
     } catch (error) {
       return failure(fsError(error, shown), shown);
@@ -190,6 +237,7 @@ export class FilesystemBackend extends BaseBackend {
     const needle: Needle = { text: pattern, bytes: Buffer.from(pattern), limit: (options.maxCount ?? Infinity) + 1 };
     const matches: GrepMatch[] = [];
     const search: FileVisitor = (dirFd, name, filePath) => {
+      if (isInternalName(name)) return;
       if (!matcher || matcher(filePath)) return grepFile(dirFd, name, this.outside(filePath), needle, matches);
     };
     try {
@@ -252,7 +300,7 @@ export class FilesystemBackend extends BaseBackend {
         try {
           await walkFiles(start.dir, matcher.root, {
             file: (dirFd, name, filePath) => {
-              if (!matcher(filePath)) return;
+              if (isInternalName(name) || !matcher(filePath)) return;
               const stat = lstatAtSync(dirFd, name);
               if (stat?.isFile()) found.push(this.info(filePath, stat));
             },
@@ -267,17 +315,20 @@ export class FilesystemBackend extends BaseBackend {
     return sortByPath(found);
   }
 
+  /** Responses echo each path exactly as the caller gave it (seed 000). */
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    // Several at a time (each waits on an fsync); two uploads to one path still land in input order.
-    const lastWrite = new Map<string, Promise<unknown>>();
-    return mapLimit(files, IO_CONCURRENCY, async ([filePath, bytes]): Promise<FileUploadResponse> => {
+    checkBatch(files, "uploadFiles");
+    // Several at a time (each waits on an fsync). Two uploads to one path still land in input order:
+    // items start in input order and each takes its path's turn (FIFO) before its first await.
+    return mapLimit(files, IO_CONCURRENCY, async (item): Promise<FileUploadResponse> => {
+      const filePath = Array.isArray(item) ? (item[0] as string) : String(item);
       try {
+        if (!Array.isArray(item)) throw errors.invalidArgument("each upload must be a [path, bytes] pair");
         const r = this.resolve(filePath);
+        const bytes: unknown = item[1];
         if (!(bytes instanceof Uint8Array)) throw errors.invalidArgument("upload content must be bytes");
-        const write = (lastWrite.get(r.path) ?? Promise.resolve()).catch(() => undefined).then(() => this.store(r, bytes, true));
-        lastWrite.set(r.path, write);
-        await write;
-        return { path: r.shown, error: null };
+        await this.store(r, bytes, true);
+        return { path: filePath, error: null };
       } catch (error) {
         return { path: filePath, error: toFileOperationError(fsError(error, filePath, true).code) };
       }
@@ -285,6 +336,7 @@ export class FilesystemBackend extends BaseBackend {
   }
 
   override async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+    checkBatch(paths, "downloadFiles");
     return mapLimit(paths, IO_CONCURRENCY, async (filePath): Promise<FileDownloadResponse> => {
       try {
         const bytes = await this.openFile(this.resolve(filePath), (handle) => handle.readFile());
@@ -306,7 +358,11 @@ export class FilesystemBackend extends BaseBackend {
   }
 
   private located(path: string): Resolved {
-    return { path, shown: this.outside(path), segments: path === "/" ? [] : path.slice(1).split("/") };
+    const segments = path === "/" ? [] : path.slice(1).split("/");
+    if (segments.some(isInternalName)) {
+      throw errors.invalidPath(this.outside(path), "names starting with '.strata-tmp-' or '.strata-lock-' are reserved for the backend's own temporary files");
+    }
+    return { path, shown: this.outside(path), segments };
   }
 
   /** An omitted search path means the whole workspace, in either mode. */
@@ -367,17 +423,74 @@ export class FilesystemBackend extends BaseBackend {
 
   /** Opens a regular file without following a symlink; directories and special files are refused. */
   private openFile<T>(r: Resolved, body: (handle: FileHandle, stat: Stats) => Promise<T>): Promise<T> {
-    return this.inParent(r, false, async (dir, name) => {
-      const handle = await fs.open(at(dir, name), READ_FLAGS);
-      try {
-        const stat = await handle.stat();
-        if (stat.isDirectory()) throw errors.isDirectory(r.shown);
-        if (!stat.isFile()) throw errors.permissionDenied(r.shown);
-        return await body(handle, stat);
-      } finally {
-        await handle.close();
-      }
-    });
+    return this.inParent(r, false, (dir, name) => openFileIn(dir, name, r.shown, body));
+  }
+
+  /** Runs a change of `r` in its turn: alone in this process, then holding its lock file against other processes. */
+  private mutate<T>(r: Resolved, create: boolean, body: (dir: FileHandle, name: string) => Promise<T>): Promise<T> {
+    return pathTurns.run(`${this.rootDir}\0${r.path}`, () => this.inParent(r, create, (dir, name) => withFileLock(dir, name, () => body(dir, name))));
+  }
+
+  /**
+   * Runs `change` if growing by `delta` stays within the quota. A check that
+   * would fail measures the disk again first (others may have deleted files).
+   * The delta is counted before the change starts, so concurrent changes
+   * cannot each pass the check alone and overshoot together; it is taken back
+   * if the change fails.
+   */
+  private async withinQuota<T>(shown: string, delta: Usage, change: () => Promise<T>): Promise<T> {
+    if (!this.quota) return change();
+    let counted = this.usage ?? (await this.remeasure());
+    try {
+      checkQuota(this.quota, counted, delta, shown);
+    } catch {
+      counted = await this.remeasure();
+      checkQuota(this.quota, counted, delta, shown);
+    }
+    counted.bytes += delta.bytes;
+    counted.files += delta.files;
+    try {
+      return await change();
+    } catch (error) {
+      counted.bytes -= delta.bytes;
+      counted.files -= delta.files;
+      throw error;
+    }
+  }
+
+  /** Measures usage again; callers that ask while a walk runs share it. */
+  private remeasure(): Promise<Usage> {
+    this.measuring ??= this.measure().then(
+      (usage) => {
+        this.measuring = undefined;
+        return (this.usage = usage);
+      },
+      (error: unknown) => {
+        this.measuring = undefined;
+        throw error;
+      },
+    );
+    return this.measuring;
+  }
+
+  /** One walk of the root: bytes and number of regular files (symlinks and the backend's own temporary files excluded). */
+  private async measure(): Promise<Usage> {
+    const usage: Usage = { bytes: 0, files: 0 };
+    const root = await openDirPath(await this.hostRoot(), []);
+    try {
+      await walkFiles(root, "/", {
+        file: (dirFd, name) => {
+          if (isInternalName(name)) return;
+          const stat = lstatAtSync(dirFd, name);
+          if (!stat?.isFile()) return;
+          usage.bytes += stat.size;
+          usage.files += 1;
+        },
+      });
+    } finally {
+      await root.close();
+    }
+    return usage;
   }
 
   /**
@@ -412,13 +525,16 @@ export class FilesystemBackend extends BaseBackend {
   /** Creates or replaces a file with `bytes`, making parent directories as needed. */
   private async store(r: Resolved, bytes: Uint8Array, overwrite: boolean): Promise<void> {
     this.checkSize(r.shown, bytes.length);
-    await this.inParent(r, true, async (dir, name) => {
+    await this.mutate(r, true, async (dir, name) => {
       const existing = await lstatAt(dir, name).catch(() => undefined);
       if (existing?.isDirectory()) throw errors.isDirectory(r.shown);
       if (existing && !overwrite) throw errors.alreadyExists(r.shown);
       if (existing?.isSymbolicLink()) throw symlinkRefused(r.shown);
       try {
-        await writeAtomicAt(dir, name, bytes, { overwrite, mode: existing && existing.mode & 0o777, fsync: this.options.fsync });
+        const delta = existing?.isFile() ? { bytes: bytes.length - existing.size, files: 0 } : { bytes: bytes.length, files: 1 };
+        await this.withinQuota(r.shown, delta, () =>
+          writeAtomicAt(dir, name, bytes, { overwrite, mode: existing && existing.mode & 0o777, fsync: this.options.fsync }),
+        );
       } catch (error) {
         // A directory or file that appeared since the lstat.
         if (!isCode(error, "EEXIST")) throw error;
@@ -430,6 +546,19 @@ export class FilesystemBackend extends BaseBackend {
   private checkSize(shown: string, size: number): void {
     const max = this.options.maxFileSize;
     if (max !== undefined && size > max) throw errors.tooLarge(shown, size, max);
+  }
+}
+
+/** Opens the regular file `name` in `dir` without following a symlink; directories and special files are refused. */
+async function openFileIn<T>(dir: FileHandle, name: string, shown: string, body: (handle: FileHandle, stat: Stats) => Promise<T>): Promise<T> {
+  const handle = await fs.open(at(dir, name), READ_FLAGS);
+  try {
+    const stat = await handle.stat();
+    if (stat.isDirectory()) throw errors.isDirectory(shown);
+    if (!stat.isFile()) throw errors.permissionDenied(shown);
+    return await body(handle, stat);
+  } finally {
+    await handle.close();
   }
 }
 
@@ -480,6 +609,8 @@ function fsError(error: unknown, shown: string, creating = false): StrataError {
       return errors.alreadyExists(shown);
     case "ENAMETOOLONG":
       return errors.invalidPath(shown, "a name is too long for the filesystem");
+    case "EBUSY":
+      return new StrataError("busy", `'${shown}' is being changed by another process; try again`);
     case "ERR_FS_FILE_TOO_LARGE":
       return new StrataError("too_large", `'${shown}' is too large to load at once; read it in windows instead`);
     default:

@@ -13,9 +13,12 @@
  * Limits: like openat itself, a directory fd follows its directory if that
  * directory is *moved* elsewhere meanwhile; doing so needs write access
  * outside the root, which nothing in the backend grants. Temp files of
- * atomic writes (`.strata-tmp-*`) are visible to listings for a moment.
+ * atomic writes (`.strata-tmp-*`) and lock files (`.strata-lock-*`) exist
+ * beside their target for a moment; listings and searches hide them
+ * (isInternalName).
  */
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
+import { hostname } from "node:os";
 import { closeSync, constants, lstatSync, openSync, readdirSync, rmdirSync, unlinkSync, type Dirent, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 
@@ -128,6 +131,8 @@ export interface AtomicWriteOptions {
   mode?: number;
   /** fsync the data before it replaces anything (default true). */
   fsync?: boolean;
+  /** Called right before the new content replaces the old; a throw abandons the write. */
+  beforeReplace?: () => Promise<void>;
 }
 
 /**
@@ -137,7 +142,7 @@ export interface AtomicWriteOptions {
  * the old content or the new, never a torn file.
  */
 export async function writeAtomicAt(dir: FileHandle, name: string, bytes: Uint8Array, options: AtomicWriteOptions): Promise<void> {
-  const temp = `.strata-tmp-${randomBytes(8).toString("hex")}`;
+  const temp = `${TEMP_PREFIX}${randomBytes(8).toString("hex")}`;
   const handle = await fs.open(at(dir, temp), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o666);
   try {
     try {
@@ -147,6 +152,7 @@ export async function writeAtomicAt(dir: FileHandle, name: string, bytes: Uint8A
     } finally {
       await handle.close();
     }
+    await options.beforeReplace?.();
     if (options.overwrite) await fs.rename(at(dir, temp), at(dir, name));
     else await fs.link(at(dir, temp), at(dir, name));
   } finally {
@@ -301,5 +307,115 @@ export class DirCursor {
 
   close(): void {
     while (this.open.length > 0) closeSync(this.open.pop()!.fd);
+  }
+}
+
+const TEMP_PREFIX = ".strata-tmp-";
+const LOCK_PREFIX = ".strata-lock-";
+
+/** Names this module creates beside a target (temp files, lock files): hidden from listings, refused as targets. */
+export function isInternalName(name: string): boolean {
+  return name.startsWith(TEMP_PREFIX) || name.startsWith(LOCK_PREFIX);
+}
+
+/** A lock older than this is stale whoever holds it: every locked step is one read, one write and one rename. */
+export const STALE_LOCK_MS = 30_000;
+/** How long a writer waits for a live holder before answering `busy`. */
+export const LOCK_WAIT_MS = 15_000;
+
+interface LockOwner {
+  pid: number;
+  host: string;
+  time: number;
+}
+
+const thisHost = hostname();
+
+/** The lock file of `name`: a fixed-length hash, so a 255-byte name still has a lock name that fits. */
+function lockName(name: string): string {
+  return LOCK_PREFIX + createHash("sha256").update(name).digest("hex").slice(0, 32);
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "EPERM"; // alive, owned by someone else
+  }
+}
+
+/**
+ * Whether the lock at `path` is abandoned: its holder (pid, host, time
+ * written in it) is a dead process on this host, or it is older than
+ * STALE_LOCK_MS. A lock whose owner line is not written yet is judged by its
+ * mtime alone. Returns the inode judged, so only that very file is broken.
+ */
+async function staleLock(path: string): Promise<number | undefined> {
+  let handle: FileHandle;
+  try {
+    handle = await fs.open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+  } catch {
+    return undefined; // released meanwhile: just retry
+  }
+  try {
+    const stat = await handle.stat();
+    let owner: Partial<LockOwner> = {};
+    try {
+      owner = JSON.parse(await handle.readFile("utf8")) as Partial<LockOwner>;
+    } catch {
+      // Being written, or torn by a crash: the age decides.
+    }
+    const age = Date.now() - (typeof owner.time === "number" ? owner.time : stat.mtimeMs);
+    const deadHere = owner.host === thisHost && typeof owner.pid === "number" && !isAlive(owner.pid);
+    return deadHere || age > STALE_LOCK_MS ? stat.ino : undefined;
+  } finally {
+    await handle.close();
+  }
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Runs `body` holding the lock file of `name` in `dir`: an exclusive create
+ * (O_CREAT | O_EXCL, through the directory fd like every other create), so
+ * Strata processes sharing a disk take turns on a path. A held lock is waited
+ * for; an abandoned one (see staleLock) is removed and the create retried.
+ * Throws errno EBUSY after LOCK_WAIT_MS. Breaking a stale lock re-checks its
+ * inode first; two breakers of one stale lock can still, in a window of one
+ * lstat, remove a lock just taken by a third: stale locks need a crash first.
+ */
+export async function withFileLock<T>(dir: FileHandle, name: string, body: () => Promise<T>): Promise<T> {
+  const lock = at(dir, lockName(name));
+  const owner: LockOwner = { pid: process.pid, host: thisHost, time: Date.now() };
+  const deadline = Date.now() + LOCK_WAIT_MS;
+  for (let pause = 2; ; pause = Math.min(pause * 2, 50)) {
+    let handle: FileHandle | undefined;
+    try {
+      handle = await fs.open(lock, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o644);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    }
+    if (handle) {
+      try {
+        owner.time = Date.now();
+        await handle.writeFile(JSON.stringify(owner));
+      } finally {
+        await handle.close();
+      }
+      try {
+        return await body();
+      } finally {
+        await fs.unlink(lock).catch(() => undefined);
+      }
+    }
+    const stale = await staleLock(lock);
+    if (stale !== undefined) {
+      const now = await fs.lstat(lock).catch(() => undefined);
+      if (now?.ino === stale) await fs.unlink(lock).catch(() => undefined);
+      continue;
+    }
+    if (Date.now() > deadline) throw errno("EBUSY");
+    await sleep(pause + Math.random() * pause);
   }
 }
