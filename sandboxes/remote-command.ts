@@ -165,7 +165,12 @@ export class RemoteRun {
     }
   }
 
-  /** The stream ended. `fallbackExitCode` asks the transport when the wrapper reported none (it was killed). */
+  /**
+   * The stream ended. `fallbackExitCode` asks the transport when the wrapper
+   * reported none (it was killed); it rejects with a StrataError when the
+   * transport knows the command's fate is unknown (the connection was lost),
+   * which the call then reports instead of an exit code.
+   */
   end(fallbackExitCode: () => Promise<number | null>): void {
     if (this.settled) return;
     if (this.stderrLine !== "") this.stderr(Buffer.from("\n"));
@@ -179,7 +184,7 @@ export class RemoteRun {
     }
     fallbackExitCode().then(
       (code) => this.finish(code),
-      () => this.finish(null),
+      (error: unknown) => (error instanceof StrataError ? this.fail(error) : this.finish(null)),
     );
   }
 

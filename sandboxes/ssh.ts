@@ -2,21 +2,27 @@
  * SshSandbox: a workspace directory on a machine reached over SSH. One
  * connection carries everything: each command runs on an exec channel under
  * the shared wrapper (remote-command.ts), files move over one SFTP session,
- * many at a time.
+ * many at a time. A dropped connection fails what was in flight with
+ * `unavailable`, and the next call connects again.
  *
  * The remote account is the isolation boundary: a command can do whatever
  * that user can on that machine. Use a dedicated, unprivileged user. The
  * user's login shell must be POSIX-compatible (sh, dash, bash, zsh): it
  * parses the command line this class sends.
+ *
+ * What another user of the machine can see: `ps` shows every process's
+ * argv, so the exec line is a fixed text; the environment, the working
+ * directory and the command travel over the channel's stdin (see EXEC_LINE).
  */
-import { createHash } from "node:crypto";
+import { createHash, createHmac, randomUUID } from "node:crypto";
+import { readFileSync } from "node:fs";
 import ssh2 from "ssh2";
 import type { ClientChannel, ConnectConfig, SFTPWrapper, Stats } from "ssh2";
 import { StrataError, errors, isStrataError, toFileOperationError } from "../core/errors.js";
-import { normalizePath, parentOf } from "../core/paths.js";
+import { byteCount, timeoutSeconds } from "../core/limits.js";
+import { baseName, normalizePath, parentOf } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileOperationError, FileUploadResponse } from "../core/types.js";
 import { BaseSandbox, DEFAULT_MAX_OUTPUT_BYTES, shellQuote } from "./base.js";
-import { checkTimeout } from "./process.js";
 import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 
 export interface SshSandboxOptions {
@@ -30,10 +36,19 @@ export interface SshSandboxOptions {
   password?: string;
   /**
    * The server's public key ("ssh-ed25519 AAAA…", as in known_hosts or a
-   * .pub file). When given, a server presenting another key is refused;
-   * without it any host key is accepted.
+   * .pub file). A server presenting another key is refused before any
+   * credential is sent. One of `hostKey`, `knownHosts` or
+   * `insecureAcceptAnyHostKey` is required.
    */
   hostKey?: string;
+  /** Path of an OpenSSH known_hosts file (plain or hashed entries) that must list the server's key. */
+  knownHosts?: string;
+  /**
+   * Accepts whatever key the server presents: anyone who can intercept the
+   * connection can impersonate the server and read every file and secret
+   * sent. For throwaway test machines only.
+   */
+  insecureAcceptAnyHostKey?: true;
   /** Absolute path of the workspace on the remote machine; created if missing. */
   workspace: string;
   /** Output bytes kept per command (default 1 MiB); past 64 times that, the command is killed. */
@@ -44,6 +59,11 @@ export interface SshSandboxOptions {
   env?: Record<string, string>;
   /** Seconds to wait for the connection. Default 20. */
   connectTimeout?: number;
+  /**
+   * Seconds between keepalive probes (default 10); after 3 unanswered, the
+   * connection counts as lost and what is in flight fails with `unavailable`.
+   */
+  keepaliveInterval?: number;
 }
 
 /**
@@ -53,26 +73,55 @@ export interface SshSandboxOptions {
 const MAX_COMMANDS = 6;
 /** SFTP requests in flight at once (SFTP pipelines them on its one channel). */
 const SFTP_CONCURRENCY = 64;
+/** How long `close()` waits for the kills of running commands to reach the server. */
+const CLOSE_KILL_WAIT_MS = 5_000;
+const KEEPALIVE_COUNT = 3;
 
 /** SFTP status codes (RFC draft-ietf-secsh-filexfer-02). */
 const NO_SUCH_FILE = 2;
 const PERMISSION_DENIED = 3;
+
+/**
+ * The whole exec request, the same for every command, so `ps` shows nothing
+ * of the caller's. Its first stdin line is a shell text of one line (set by
+ * `header`) exporting the environment and setting the wrapper's arguments;
+ * `read` takes exactly that line (it reads a byte at a time from a pipe), so
+ * the rest of stdin is the command's.
+ */
+const EXEC_LINE = `IFS= read -r strata_h || exit 1
+strata_nl='
+'
+eval "$strata_h"
+unset strata_h strata_nl
+${WRAPPER}`;
+
+/** One SSH connection; a new one replaces it when it is lost. */
+interface Connection {
+  client: ssh2.Client;
+  alive: boolean;
+  /** Called once when the connection is lost: every wait on the server listens here, so none outlives it. */
+  readonly onLost: Set<(error: StrataError) => void>;
+  sftp?: Promise<SFTPWrapper>;
+}
 
 export class SshSandbox extends BaseSandbox {
   /** How far commands are contained: the remote user's account. */
   readonly isolation = "remote" as const;
   readonly id: string;
   readonly workspace: string;
-  /** Channels opened, by kind: what a test counts to check that a batch is one transfer. */
-  readonly stats = { execs: 0, sftpSessions: 0 };
-  private sftpSession: Promise<SFTPWrapper> | undefined;
+  /** Channels and connections opened, by kind: what a test counts to check that a batch is one transfer. */
+  readonly stats = { execs: 0, sftpSessions: 0, connections: 0 };
+  private current: Connection | undefined;
+  private connecting: Promise<Connection> | undefined;
+  /** The workspace with symlinks resolved, as the server sees it: uploads stay below it. */
+  private realWorkspace: string | undefined;
   private running = 0;
   private readonly queue: (() => void)[] = [];
+  private readonly kills = new Set<Promise<void>>();
 
   private constructor(
-    /** The ssh2 client: the escape hatch to anything this class does not cover. */
-    readonly client: ssh2.Client,
     private readonly options: SshSandboxOptions,
+    private readonly config: ConnectConfig,
     workspace: string,
   ) {
     super();
@@ -82,47 +131,48 @@ export class SshSandbox extends BaseSandbox {
     this.id = `ssh-${createHash("sha256").update(place).digest("hex").slice(0, 16)}`;
   }
 
+  /**
+   * The ssh2 client of the latest connection: the escape hatch to anything
+   * this class does not cover. A lost connection is replaced by a new client
+   * at the next call, so read this each time rather than keeping it.
+   */
+  get client(): ssh2.Client {
+    return this.latestClient!;
+  }
+  private latestClient: ssh2.Client | undefined;
+
   /** Connects, and creates the workspace if it is missing. */
   static async connect(options: SshSandboxOptions): Promise<SshSandbox> {
-    checkTimeout(options.timeout);
+    if (options.timeout !== undefined) timeoutSeconds(options.timeout);
+    if (options.maxOutputBytes !== undefined) byteCount(options.maxOutputBytes, "maxOutputBytes");
+    const connectTimeout = options.connectTimeout === undefined ? 20 : timeoutSeconds(options.connectTimeout, "connectTimeout");
+    const keepalive = options.keepaliveInterval === undefined ? 10 : timeoutSeconds(options.keepaliveInterval, "keepaliveInterval");
     if (typeof options.workspace !== "string" || !options.workspace.startsWith("/")) {
       throw errors.invalidArgument("SshSandbox workspace must be an absolute path");
     }
     const workspace = normalizePath(options.workspace);
     checkCommand("", options.env);
-    const client = new ssh2.Client();
+    const port = options.port ?? 22;
     const config: ConnectConfig = {
       host: options.host,
-      port: options.port ?? 22,
+      port,
       username: options.username,
       privateKey: options.privateKey,
       passphrase: options.passphrase,
       password: options.password,
-      readyTimeout: (options.connectTimeout ?? 20) * 1000,
-      keepaliveInterval: 15_000,
+      readyTimeout: connectTimeout * 1000,
+      keepaliveInterval: keepalive * 1000,
+      keepaliveCountMax: KEEPALIVE_COUNT,
     };
-    if (options.hostKey !== undefined) {
-      const expected = publicKeyBlob(options.hostKey);
-      config.hostVerifier = (key: Buffer) => key.equals(expected);
-    }
+    const accepted = acceptedHostKeys(options, port);
+    if (accepted) config.hostVerifier = (key: Buffer) => accepted.some((expected) => expected.equals(key));
+    const sandbox = new SshSandbox(options, config, workspace);
     try {
-      await new Promise<void>((resolve, reject) => {
-        client.once("ready", resolve).once("error", reject).connect(config);
-      });
-    } catch (error) {
-      client.end();
-      throw connectionError(error);
-    }
-    // Commands are small request/response exchanges: Nagle's algorithm would add ~40 ms to each.
-    client.setNoDelay(true);
-    // Errors after connecting surface on the operation in flight; an unhandled 'error' event would crash the process.
-    client.on("error", () => undefined);
-    const sandbox = new SshSandbox(client, options, workspace);
-    try {
-      const { exitCode } = await sandbox.run(`mkdir -p -- ${shellQuote(workspace)}`);
+      const connection = await sandbox.connection();
+      const { exitCode } = await sandbox.run(connection, `mkdir -p -- ${shellQuote(workspace)}`);
       if (exitCode !== 0) throw new StrataError("permission_denied", "Cannot create the workspace directory on the remote machine");
     } catch (error) {
-      client.end();
+      await sandbox.close();
       throw error;
     }
     return sandbox;
@@ -131,179 +181,342 @@ export class SshSandbox extends BaseSandbox {
   async execute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     this.assertOpen();
     checkCommand(command, options.env);
-    checkTimeout(options.timeout);
+    const timeout = options.timeout === undefined ? (this.options.timeout ?? 300) : timeoutSeconds(options.timeout);
     const cwd = normalizePath(options.cwd ?? "/");
     const marker = newMarker();
     const sandboxMax = this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-    const maxOutputBytes = options.maxOutputBytes ?? sandboxMax;
+    const maxOutputBytes = options.maxOutputBytes === undefined ? sandboxMax : byteCount(options.maxOutputBytes, "maxOutputBytes");
     const env = { ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
-    // The login shell runs the wrapper itself (no `env`, no `exec sh`): two programs fewer to start per command.
-    const assignments = Object.entries(env).map(([name, value]) => shellQuote(`${name}=${value}`));
-    const line = `export ${assignments.join(" ")}; set -- ${shellQuote(this.sandboxPath(cwd))} ${shellQuote(command)}\n${WRAPPER}`;
+    const assignments = Object.entries(env).map(([name, value]) => oneLine(`${name}=${value}`));
+    const header = `export ${assignments.join(" ")}; set -- ${oneLine(this.sandboxPath(cwd))} ${oneLine(command)}\n`;
 
+    const connection = await this.connection();
     await this.acquire();
     let channel: ClientChannel;
     let exit: ExitStatus;
     try {
-      ({ channel, exit } = await this.openExec(line));
+      if (this.closed) throw this.closedError();
+      ({ channel, exit } = await this.openExec(connection, EXEC_LINE));
     } catch (error) {
       this.release();
       throw error;
     }
     const run = new RemoteRun({
       cwd,
-      timeout: options.timeout ?? this.options.timeout ?? 300,
+      timeout,
       maxOutputBytes,
       killAfterBytes: Math.max(maxOutputBytes, sandboxMax * 64),
       onOutput: options.onOutput,
-      signal: options.signal,
-      kill: (pgid, sweep) => this.kill(pgid, sweep ? marker : undefined),
+      // close() aborts this too: the command is killed and the call answers sandbox_closed.
+      signal: this.commandSignal(options.signal),
+      kill: (pgid, sweep) => this.kill(connection, pgid, sweep ? marker : undefined),
       abandon: () => channel.close(),
     });
+    const onLost = (error: StrataError) => run.fail(error);
+    connection.onLost.add(onLost);
+    const done = () => connection.onLost.delete(onLost);
+    run.result.then(done, done);
     channel.on("data", (chunk: Buffer) => run.stdout(chunk));
     channel.stderr.on("data", (chunk: Buffer) => run.stderr(chunk));
     channel.on("close", () => {
       this.release();
-      run.end(async () => exit.code);
+      run.end(async () => {
+        // No exit status at all: the channel died with the connection, so whether the command ran is unknown.
+        if (!exit.received) throw lostError();
+        return exit.code;
+      });
     });
     channel.on("error", (error: unknown) => run.fail(connectionError(error)));
+    channel.write(header);
     if (options.stdin !== undefined) channel.write(typeof options.stdin === "string" ? Buffer.from(options.stdin) : options.stdin);
     channel.end();
     return run.result;
   }
 
-  /** Over the one SFTP session, many files in flight; missing parent directories are made first, each once. */
+  /**
+   * Over the one SFTP session, many files in flight. Each file is written
+   * under a temporary name beside its target and renamed over it, so a
+   * reader sees the old content or the new, and a symlink at the target is
+   * replaced, never written through. Missing parent directories are made
+   * first, each once; a parent that resolves outside the workspace (a
+   * symlink a command planted) is refused with `permission_denied`.
+   */
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    this.assertOpen();
-    const sftp = await this.sftp();
-    const directories = new Map<string, Promise<void>>();
-    const ensureDirectory = (dir: string): Promise<void> => {
-      let made = directories.get(dir);
-      if (!made) {
-        const parent = dir === "/" ? Promise.resolve() : ensureDirectory(parentOf(dir));
-        made = parent.then(() => this.makeDirectory(sftp, dir));
-        directories.set(dir, made);
+    if (!Array.isArray(files)) throw errors.invalidArgument("uploadFiles takes an array of [path, bytes] pairs");
+    let connection: Connection;
+    let sftp: SFTPWrapper;
+    let root: string;
+    try {
+      this.assertOpen();
+      connection = await this.connection();
+      sftp = await this.sftp(connection);
+      root = await this.resolveWorkspace(connection, sftp);
+    } catch (error) {
+      const code = fileError(error);
+      return files.map((item) => ({ path: echo(Array.isArray(item) ? item[0] : item), error: code }));
+    }
+    const call = <T>(start: (done: (error: Error | null | undefined, value?: T) => void) => void) => guard(connection, sftpCall(start));
+    const directories = new Map<string, Promise<string>>();
+    /** The real (symlink-free) remote path of a virtual directory, made if missing. */
+    const realDirectory = (dir: string): Promise<string> => {
+      let real = directories.get(dir);
+      if (!real) {
+        real = dir === "/" ? Promise.resolve(root) : realDirectory(parentOf(dir)).then((parent) => this.enterDirectory(sftp, call, root, `${parent}/${baseName(dir)}`, dir));
+        directories.set(dir, real);
       }
-      return made;
+      return real;
     };
-    return mapConcurrently(files, SFTP_CONCURRENCY, async ([rawPath, content]) => {
-      let path = String(rawPath);
+    return mapConcurrently(files, SFTP_CONCURRENCY, async (item) => {
+      const rawPath: unknown = Array.isArray(item) ? item[0] : item;
       try {
-        path = normalizePath(rawPath);
+        const path = normalizePath(rawPath as string);
+        const content: unknown = Array.isArray(item) ? item[1] : undefined;
         if (!(content instanceof Uint8Array)) throw errors.invalidArgument("upload content must be bytes");
         if (path === "/") throw errors.isDirectory(path);
-        await ensureDirectory(parentOf(path));
-        const target = this.sandboxPath(path);
-        await sftpCall<void>((done) => sftp.writeFile(target, Buffer.from(content.buffer, content.byteOffset, content.byteLength), done)).catch(
-          async (error: unknown) => {
-            throw await this.classify(sftp, error, target, path);
-          },
-        );
-        return { path, error: null };
+        const parent = await realDirectory(parentOf(path));
+        const target = `${parent}/${baseName(path)}`;
+        const existing = await call<Stats>((done) => sftp.lstat(target, done)).catch((error: unknown) => {
+          if (sftpStatus(error) === NO_SUCH_FILE) return undefined;
+          throw error;
+        });
+        if (existing?.isDirectory()) throw errors.isDirectory(path);
+        const temp = `${parent}/.strata-upload-${randomUUID()}`;
+        try {
+          // Created private; an overwritten regular file's mode is kept, a new file gets the usual 0666 & ~umask.
+          await call<void>((done) => sftp.writeFile(temp, Buffer.from(content.buffer, content.byteOffset, content.byteLength), { mode: 0o600 }, done));
+          if (existing?.isFile()) await call<void>((done) => sftp.chmod(temp, existing.mode & 0o7777, done));
+          else await call<void>((done) => sftp.chmod(temp, 0o666 & ~(this.umask ?? 0o022), done));
+          await call<void>((done) => sftp.ext_openssh_rename(temp, target, done));
+        } catch (error) {
+          if (connection.alive) sftp.unlink(temp, () => undefined);
+          throw error;
+        }
+        return { path: echo(rawPath), error: null };
       } catch (error) {
-        return { path, error: fileError(error) };
+        return { path: echo(rawPath), error: uploadError(error) };
       }
     });
   }
 
   async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    this.assertOpen();
-    const sftp = await this.sftp();
+    if (!Array.isArray(paths)) throw errors.invalidArgument("downloadFiles takes an array of paths");
+    let connection: Connection;
+    let sftp: SFTPWrapper;
+    try {
+      this.assertOpen();
+      connection = await this.connection();
+      sftp = await this.sftp(connection);
+    } catch (error) {
+      const code = fileError(error);
+      return paths.map((path) => ({ path: echo(path), content: null, error: code }));
+    }
     return mapConcurrently(paths, SFTP_CONCURRENCY, async (rawPath) => {
-      let path = String(rawPath);
       try {
-        path = normalizePath(rawPath);
+        const path = normalizePath(rawPath);
         if (path === "/") throw errors.isDirectory(path);
         const target = this.sandboxPath(path);
-        const content = await sftpCall<Buffer>((done) => sftp.readFile(target, done)).catch(async (error: unknown) => {
-          throw await this.classify(sftp, error, target, path);
+        const content = await guard(
+          connection,
+          sftpCall<Buffer>((done) => sftp.readFile(target, done)),
+        ).catch(async (error: unknown) => {
+          throw await this.classify(connection, sftp, error, target, path);
         });
-        return { path, content: new Uint8Array(content.buffer, content.byteOffset, content.byteLength), error: null };
+        return { path: echo(rawPath), content: new Uint8Array(content.buffer, content.byteOffset, content.byteLength), error: null };
       } catch (error) {
-        return { path, content: null, error: fileError(error) };
+        return { path: echo(rawPath), content: null, error: fileError(error) };
       }
     });
   }
 
-  /** Ends the connection; commands still running on it lose their channel and sshd hangs them up. */
+  /**
+   * Kills what runs (each running command's process group and every process
+   * carrying its marker), fails the pending calls with `sandbox_closed`,
+   * then ends the connection.
+   */
   override async close(): Promise<void> {
     if (this.closed) return;
     await super.close();
-    this.client.end();
+    // Commands waiting for a channel wake up, see the sandbox closed, and answer sandbox_closed.
+    for (const wake of this.queue.splice(0)) wake();
+    if (this.kills.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.allSettled([...this.kills]), new Promise((resolve) => (timer = setTimeout(resolve, CLOSE_KILL_WAIT_MS)))]);
+      clearTimeout(timer);
+    }
+    this.current?.client.end();
+    void this.connecting?.then((connection) => connection.client.end(), () => undefined);
   }
 
   // ---- internals ----
 
-  private sftp(): Promise<SFTPWrapper> {
-    if (!this.sftpSession) {
-      this.stats.sftpSessions++;
-      const session = new Promise<SFTPWrapper>((resolve, reject) => {
-        this.client.sftp((error, sftp) => (error ? reject(connectionError(error)) : resolve(sftp)));
+  /** The umask of the remote account, learnt at the first upload that creates a file. */
+  private umask: number | undefined;
+
+  /** The live connection, or a new one when there is none (the first call, or the last one was lost). */
+  private connection(): Promise<Connection> {
+    if (this.closed) return Promise.reject(this.closedError());
+    if (this.current?.alive) return Promise.resolve(this.current);
+    this.connecting ??= this.open().finally(() => (this.connecting = undefined));
+    return this.connecting;
+  }
+
+  private async open(): Promise<Connection> {
+    const client = new ssh2.Client();
+    this.stats.connections++;
+    try {
+      await new Promise<void>((resolve, reject) => {
+        client.once("ready", resolve).once("error", reject).connect(this.config);
       });
-      this.sftpSession = session;
+    } catch (error) {
+      client.end();
+      throw connectionError(error);
+    }
+    if (this.closed) {
+      client.end();
+      throw this.closedError();
+    }
+    // Commands are small request/response exchanges: Nagle's algorithm would add ~40 ms to each.
+    client.setNoDelay(true);
+    const connection: Connection = { client, alive: true, onLost: new Set() };
+    const lost = (cause?: unknown) => {
+      if (!connection.alive) return;
+      connection.alive = false;
+      if (this.current === connection) this.current = undefined;
+      const error = lostError(cause);
+      for (const listener of [...connection.onLost]) listener(error);
+      connection.onLost.clear();
+    };
+    // An unhandled 'error' event would crash the process; errors reach the operations through `lost`.
+    client.on("error", lost).on("end", () => lost()).on("close", () => lost());
+    this.current = connection;
+    this.latestClient = client;
+    if (this.umask === undefined) {
+      const { output, exitCode } = await this.run(connection, "umask");
+      if (exitCode === 0 && /^[0-7]{3,4}\s*$/.test(output)) this.umask = parseInt(output, 8);
+    }
+    return connection;
+  }
+
+  private sftp(connection: Connection): Promise<SFTPWrapper> {
+    if (!connection.sftp) {
+      this.stats.sftpSessions++;
+      const session = guard(
+        connection,
+        new Promise<SFTPWrapper>((resolve, reject) => {
+          try {
+            connection.client.sftp((error, sftp) => (error ? reject(connectionError(error)) : resolve(sftp)));
+          } catch (error) {
+            reject(connectionError(error));
+          }
+        }),
+      );
+      connection.sftp = session;
       session.then(
-        (sftp) => sftp.on("close", () => (this.sftpSession = undefined)),
-        () => (this.sftpSession = undefined),
+        (sftp) => sftp.on("close", () => (connection.sftp = undefined)),
+        () => (connection.sftp = undefined),
       );
     }
-    return this.sftpSession;
+    return connection.sftp;
   }
 
-  /** mkdir, where an existing directory is success and an existing file is `not_a_directory`. */
-  private async makeDirectory(sftp: SFTPWrapper, dir: string): Promise<void> {
-    const target = this.sandboxPath(dir);
+  private async resolveWorkspace(connection: Connection, sftp: SFTPWrapper): Promise<string> {
+    this.realWorkspace ??= await guard(
+      connection,
+      sftpCall<string>((done) => sftp.realpath(this.workspace, done)),
+    ).catch((error: unknown) => {
+      throw sftpStatus(error) === undefined ? connectionError(error) : new StrataError("file_not_found", "The workspace directory is missing");
+    });
+    return this.realWorkspace;
+  }
+
+  /**
+   * mkdir `target` (its parent already resolved and inside the workspace),
+   * or find it there; returns its real path. A symlink there is followed
+   * only to a directory inside the workspace.
+   */
+  private async enterDirectory(sftp: SFTPWrapper, call: SftpCaller, root: string, target: string, dir: string): Promise<string> {
     try {
-      await sftpCall<void>((done) => sftp.mkdir(target, done));
+      await call<void>((done) => sftp.mkdir(target, done));
+      return target;
     } catch (error) {
-      if (sftpStatus(error) === PERMISSION_DENIED) throw errors.permissionDenied(dir);
-      const stats = await sftpCall<Stats>((done) => sftp.stat(target, done)).catch(() => undefined);
-      if (!stats?.isDirectory()) throw errors.notADirectory(dir);
+      if (sftpStatus(error) === undefined) throw error;
     }
+    const stats = await call<Stats>((done) => sftp.lstat(target, done)).catch(() => undefined);
+    if (!stats) throw errors.permissionDenied(dir);
+    if (stats.isDirectory()) return target;
+    if (!stats.isSymbolicLink()) throw errors.notADirectory(dir);
+    const real = await call<string>((done) => sftp.realpath(target, done)).catch(() => undefined);
+    if (real === undefined || (real !== root && !real.startsWith(`${root}/`))) throw errors.permissionDenied(dir);
+    const resolved = await call<Stats>((done) => sftp.stat(real, done)).catch(() => undefined);
+    if (!resolved?.isDirectory()) throw errors.notADirectory(dir);
+    return real;
   }
 
-  /** Names the failure of an SFTP read or write: the status code alone cannot tell a directory from other failures. */
-  private async classify(sftp: SFTPWrapper, error: unknown, target: string, path: string): Promise<StrataError> {
+  /** Names the failure of an SFTP read: the status code alone cannot tell a directory from other failures. */
+  private async classify(connection: Connection, sftp: SFTPWrapper, error: unknown, target: string, path: string): Promise<StrataError> {
+    if (isStrataError(error)) return error;
     const status = sftpStatus(error);
     if (status === NO_SUCH_FILE) return errors.notFound(path);
     if (status === PERMISSION_DENIED) return errors.permissionDenied(path);
     if (status === undefined) return connectionError(error);
-    const stats = await sftpCall<Stats>((done) => sftp.stat(target, done)).catch(() => undefined);
+    const stats = await guard(
+      connection,
+      sftpCall<Stats>((done) => sftp.stat(target, done)),
+    ).catch(() => undefined);
     return stats?.isDirectory() ? errors.isDirectory(path) : errors.permissionDenied(path);
   }
 
-  private openExec(line: string): Promise<{ channel: ClientChannel; exit: ExitStatus }> {
+  private openExec(connection: Connection, line: string): Promise<{ channel: ClientChannel; exit: ExitStatus }> {
     this.stats.execs++;
-    return new Promise((resolve, reject) => {
-      this.client.exec(line, (error, channel) => {
-        if (error) return reject(connectionError(error));
-        // ssh2 emits 'exit' synchronously, and a fast command's exit status can arrive in the same read as
-        // the channel's confirmation: a listener added after this callback (after an await) would miss it.
-        const exit: ExitStatus = { code: null };
-        channel.on("exit", (code: number | null) => (exit.code = code));
-        resolve({ channel, exit });
-      });
+    const opened = new Promise<{ channel: ClientChannel; exit: ExitStatus }>((resolve, reject) => {
+      try {
+        connection.client.exec(line, (error, channel) => {
+          if (error) return reject(connectionError(error));
+          // ssh2 emits 'exit' synchronously, and a fast command's exit status can arrive in the same read as
+          // the channel's confirmation: a listener added after this callback (after an await) would miss it.
+          const exit: ExitStatus = { code: null, received: false };
+          channel.on("exit", (code: number | null) => {
+            exit.code = code;
+            exit.received = true;
+          });
+          resolve({ channel, exit });
+        });
+      } catch (error) {
+        // ssh2 throws "Not connected" synchronously on a connection that just went away.
+        reject(connectionError(error));
+      }
     });
+    return guard(connection, opened);
   }
 
-  /** Runs a command line and collects its output; for the sandbox's own small commands. */
-  private async run(line: string): Promise<{ output: string; exitCode: number | null }> {
-    const { channel, exit } = await this.openExec(line);
-    return new Promise((resolve, reject) => {
+  /** Runs a fixed command line and collects its output; for the sandbox's own small commands. */
+  private async run(connection: Connection, line: string): Promise<{ output: string; exitCode: number | null }> {
+    const { channel, exit } = await this.openExec(connection, line);
+    const finished = new Promise<{ output: string; exitCode: number | null }>((resolve, reject) => {
       const chunks: Buffer[] = [];
       channel.on("data", (chunk: Buffer) => chunks.push(chunk));
       channel.stderr.on("data", (chunk: Buffer) => chunks.push(chunk));
-      channel.on("close", () => resolve({ output: Buffer.concat(chunks).toString("utf8"), exitCode: exit.code }));
-      channel.on("error", reject);
+      channel.on("close", () => (exit.received ? resolve({ output: Buffer.concat(chunks).toString("utf8"), exitCode: exit.code }) : reject(lostError())));
+      channel.on("error", (error: unknown) => reject(connectionError(error)));
       channel.end();
     });
+    return guard(connection, finished);
   }
 
   /** KILL_SCRIPT on a channel of its own (outside the command limit, so it is never queued behind what it kills). */
-  private async kill(pgid: number | undefined, marker: string | undefined): Promise<void> {
+  private kill(connection: Connection, pgid: number | undefined, marker: string | undefined): Promise<void> {
+    const killing = this.killOn(connection, pgid, marker);
+    this.kills.add(killing);
+    void killing.finally(() => this.kills.delete(killing));
+    return killing;
+  }
+
+  private async killOn(connection: Connection, pgid: number | undefined, marker: string | undefined): Promise<void> {
+    // The arguments are a process group number and a random marker: nothing of the caller's.
     const line = `exec /bin/sh -c ${shellQuote(KILL_SCRIPT)} strata ${shellQuote(pgid === undefined ? "" : String(pgid))} ${shellQuote(marker ?? "")}`;
-    for (let attempt = 0; attempt < 5; attempt++) {
+    for (let attempt = 0; attempt < 5 && connection.alive; attempt++) {
       try {
-        if ((await this.run(line)).exitCode === 0) return;
+        if ((await this.run(connection, line)).exitCode === 0) return;
       } catch {
         // The channel could not open (the server is busy); try again.
       }
@@ -324,22 +537,135 @@ export class SshSandbox extends BaseSandbox {
     if (next) next();
     else this.running--;
   }
+
+  private closedError(): StrataError {
+    return new StrataError("sandbox_closed", `Sandbox '${this.id}' is closed`);
+  }
 }
 
-/** A command's exit code as the server reported it (null: killed by a signal, or not reported). */
+type SftpCaller = <T>(start: (done: (error: Error | null | undefined, value?: T) => void) => void) => Promise<T>;
+
+/** A command's exit status as the server reported it (code null: killed by a signal). */
 interface ExitStatus {
   code: number | null;
+  /** Whether the server reported any exit at all; a channel cut by a lost connection reports none. */
+  received: boolean;
+}
+
+/** Settles with `promise`, or rejects with `unavailable` as soon as the connection is lost. */
+function guard<T>(connection: Connection, promise: Promise<T>): Promise<T> {
+  if (!connection.alive) {
+    promise.catch(() => undefined);
+    return Promise.reject(lostError());
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onLost = (error: StrataError) => reject(error);
+    connection.onLost.add(onLost);
+    promise.then(
+      (value) => {
+        connection.onLost.delete(onLost);
+        resolve(value);
+      },
+      (error: unknown) => {
+        connection.onLost.delete(onLost);
+        reject(error);
+      },
+    );
+  });
+}
+
+function lostError(cause?: unknown): StrataError {
+  return new StrataError("unavailable", "The SSH connection was lost; the next call connects again", cause === undefined ? undefined : { cause });
+}
+
+/** A shell word on one line: single-quoted, each newline spliced in from `$strata_nl` (EXEC_LINE reads one line). */
+function oneLine(value: string): string {
+  return shellQuote(value).replace(/\n/g, `'"$strata_nl"'`);
+}
+
+/** The path as the caller gave it, for the response. */
+function echo(path: unknown): string {
+  return typeof path === "string" ? path : String(path);
+}
+
+/** The host keys a server may present, or undefined for the explicit opt-out. */
+function acceptedHostKeys(options: SshSandboxOptions, port: number): Buffer[] | undefined {
+  const keys: Buffer[] = [];
+  if (options.hostKey !== undefined) keys.push(publicKeyBlob(options.hostKey));
+  if (options.knownHosts !== undefined) keys.push(...knownHostsKeys(options.knownHosts, options.host, port));
+  if (options.hostKey === undefined && options.knownHosts === undefined) {
+    if (options.insecureAcceptAnyHostKey === true) return undefined;
+    throw errors.invalidArgument(
+      "SshSandbox needs the server's identity: give hostKey or knownHosts (or, for a throwaway test machine only, insecureAcceptAnyHostKey: true)",
+    );
+  }
+  return keys;
 }
 
 /** The key blob of an OpenSSH public key line ("type base64 [comment]"). */
 function publicKeyBlob(line: string): Buffer {
-  const field = line.trim().split(/\s+/)[1];
+  const field = typeof line === "string" ? line.trim().split(/\s+/)[1] : undefined;
   if (!field) throw errors.invalidArgument("hostKey must be an OpenSSH public key line ('ssh-ed25519 AAAA…')");
   return Buffer.from(field, "base64");
 }
 
+/**
+ * The keys a known_hosts file lists for host:port (plain or hashed names,
+ * `*`/`?` wildcards and `!` negations; `@revoked` keys are taken out,
+ * `@cert-authority` lines are not supported and skipped).
+ */
+function knownHostsKeys(file: string, host: string, port: number): Buffer[] {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch {
+    // The message names no host path: it may end up in a model's context.
+    throw errors.invalidArgument("The knownHosts file cannot be read");
+  }
+  const name = port === 22 ? host : `[${host}]:${port}`;
+  const keys: Buffer[] = [];
+  const revoked: Buffer[] = [];
+  for (const raw of text.split("\n")) {
+    const fields = raw.trim().split(/\s+/);
+    if (fields[0] === undefined || fields[0] === "" || fields[0].startsWith("#")) continue;
+    const marker = fields[0].startsWith("@") ? fields.shift() : undefined;
+    const [hosts, , blob] = fields;
+    if (!hosts || !blob || marker === "@cert-authority" || !hostMatches(hosts, name)) continue;
+    (marker === "@revoked" ? revoked : keys).push(Buffer.from(blob, "base64"));
+  }
+  const allowed = keys.filter((key) => !revoked.some((bad) => bad.equals(key)));
+  if (allowed.length === 0) {
+    throw new StrataError("permission_denied", "The knownHosts file lists no key for this SSH server; add it (ssh-keyscan) after checking it");
+  }
+  return allowed;
+}
+
+function hostMatches(patterns: string, name: string): boolean {
+  if (patterns.startsWith("|1|")) {
+    const [, , salt, hash] = patterns.split("|");
+    if (!salt || !hash) return false;
+    return createHmac("sha1", Buffer.from(salt, "base64")).update(name).digest("base64") === hash;
+  }
+  let matched = false;
+  for (const pattern of patterns.split(",")) {
+    const negated = pattern.startsWith("!");
+    const glob = negated ? pattern.slice(1) : pattern;
+    const regex = new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`, "i");
+    if (!regex.test(name)) continue;
+    if (negated) return false;
+    matched = true;
+  }
+  return matched;
+}
+
 function sftpCall<T>(start: (done: (error: Error | null | undefined, value?: T) => void) => void): Promise<T> {
-  return new Promise((resolve, reject) => start((error, value) => (error ? reject(error) : resolve(value as T))));
+  return new Promise((resolve, reject) => {
+    try {
+      start((error, value) => (error ? reject(error) : resolve(value as T)));
+    } catch (error) {
+      reject(error);
+    }
+  });
 }
 
 function sftpStatus(error: unknown): number | undefined {
@@ -361,6 +687,11 @@ async function mapConcurrently<T, R>(items: readonly T[], limit: number, work: (
   return results;
 }
 
+/** An upload's failure as one of the four codes (SFTP statuses and a lost connection are all `permission_denied`). */
+function uploadError(error: unknown): FileOperationError {
+  return fileError(isStrataError(error) || sftpStatus(error) !== undefined ? error : connectionError(error));
+}
+
 function fileError(error: unknown): FileOperationError {
   return isStrataError(error) ? toFileOperationError(error.code) : "permission_denied";
 }
@@ -373,7 +704,7 @@ function connectionError(error: unknown): StrataError {
   const message = error instanceof Error ? error.message : "";
   if (/^Cannot parse privateKey/.test(message)) return new StrataError("invalid_argument", "The private key cannot be parsed", { cause: error });
   if (/verification failed/i.test(message)) {
-    return new StrataError("permission_denied", "The SSH server's host key does not match the expected one", { cause: error });
+    return new StrataError("permission_denied", "The SSH server's host key does not match the expected one; no command was run", { cause: error });
   }
   return new StrataError("unavailable", "The SSH connection failed", { cause: error });
 }
