@@ -10,6 +10,8 @@ export interface SandboxHandleOptions {
   spec?: SandboxSpec;
   /** How a later process finds this sandbox again (a container id, an ssh:// URL); see PersistentSandboxRegistry. */
   remoteId?: string;
+  /** The provider created the sandbox, so closing it destroys it; recorded with the remoteId. Default false. */
+  created?: boolean;
   /** Frees what the sandbox holds. Called exactly once, on the handle's first close. */
   teardown: () => Promise<void>;
   /** Lets go of the sandbox without destroying it (disconnect, keep the container); for `detach`. */
@@ -38,6 +40,12 @@ type State = "open" | "closed" | "detached";
 export class SandboxHandle<S extends SandboxBackendProtocol = SandboxBackendProtocol> {
   readonly spec: SandboxSpec;
   readonly remoteId: string | undefined;
+  /**
+   * The provider created what close destroys (a container, an SSH workspace);
+   * PersistentSandboxRegistry records it, so a later reattach destroys only
+   * what was created, never a sandbox named by hand.
+   */
+  readonly created: boolean;
   #sandbox: S;
   #refcount = 0;
   #state: State = "open";
@@ -54,6 +62,7 @@ export class SandboxHandle<S extends SandboxBackendProtocol = SandboxBackendProt
     this.#sandbox = sandbox;
     this.spec = options.spec ?? {};
     this.remoteId = options.remoteId;
+    this.created = options.created === true;
     this.#teardown = options.teardown;
     this.#release = options.release;
   }

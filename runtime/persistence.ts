@@ -40,6 +40,8 @@ const RecordSchema = z.object({
   provider: z.string(),
   remoteId: z.string(),
   spec: SandboxSpecSchema.nullable(),
+  /** The provider created the sandbox (handle.created), so a reattached handle's close destroys it. Absent in older records: false. */
+  created: z.boolean().default(false),
   createdAt: z.string(),
 });
 
@@ -156,17 +158,31 @@ export class PersistentSandboxRegistry {
 
   // ---------------------------------------------------------------- remote
 
-  /** Records a sandbox a provider can reattach to. Creates a new id unless one is given (then it is replaced). */
-  async recordRemote(provider: string, remoteId: string, spec?: SandboxSpec | null, options: { id?: string } = {}): Promise<RemoteSandboxRecord> {
+  /**
+   * Records a sandbox a provider can reattach to. Creates a new id unless one
+   * is given (then it is replaced). `created: true` says the provider created
+   * the sandbox, so closing a reattached handle destroys it; leave it unset for
+   * a sandbox named by hand (recordHandle takes it from the handle).
+   */
+  async recordRemote(
+    provider: string,
+    remoteId: string,
+    spec?: SandboxSpec | null,
+    options: { id?: string; created?: boolean } = {},
+  ): Promise<RemoteSandboxRecord> {
     if (typeof remoteId !== "string" || remoteId === "") throw new StrataError("invalid_argument", "A remote sandbox record needs a remoteId");
-    const stored = RecordSchema.parse({
+    if (options.created !== undefined && typeof options.created !== "boolean") throw new StrataError("invalid_argument", "created must be a boolean");
+    const parsed = RecordSchema.safeParse({
       version: 1,
       id: validateSandboxId(options.id ?? randomUUID()),
       provider,
       remoteId,
       spec: spec ?? null,
+      created: options.created === true,
       createdAt: new Date().toISOString(),
     });
+    if (!parsed.success) throw new StrataError("invalid_argument", `Invalid remote sandbox record: ${z.prettifyError(parsed.error)}`);
+    const stored = parsed.data;
     await this.#writeRecord(stored);
     return { ...stored, touchedAt: stored.createdAt };
   }
@@ -176,7 +192,7 @@ export class PersistentSandboxRegistry {
     if (!handle.remoteId) {
       throw new StrataError("unsupported", `Sandboxes of provider '${handle.provider.name}' do not outlive their process, so they cannot be recorded`);
     }
-    return this.recordRemote(handle.provider.name, handle.remoteId, handle.spec, options);
+    return this.recordRemote(handle.provider.name, handle.remoteId, handle.spec, { ...options, created: handle.created });
   }
 
   /** The record of `id`, or undefined when there is none. */
@@ -260,7 +276,7 @@ export class PersistentSandboxRegistry {
     if (!record) throw new StrataError("file_not_found", `No remote sandbox is recorded under id '${id}'`);
     const provider = this.#providers.get(record.provider);
     if (!provider.reattach) throw new StrataError("unsupported", `Sandbox provider '${record.provider}' cannot reattach to sandboxes`);
-    const handle = await provider.reattach(record.remoteId, record.spec ?? undefined);
+    const handle = await provider.reattach(record.remoteId, record.spec ?? undefined, { created: record.created });
     await this.touchRemote(id);
     return handle;
   }

@@ -24,8 +24,22 @@ export interface SandboxProvider {
   close(handle: SandboxHandle): Promise<void>;
   /** Runs a payload; a payload type the provider lacks throws UnsupportedBackendTool. */
   dispatch<P extends Payload>(handle: SandboxHandle, payload: P): Promise<ResultOf<P["type"]>>;
-  /** Opens a handle on a sandbox a handle (maybe in another process) left running; see `handle.remoteId`. */
-  reattach?(remoteId: string, spec?: SandboxSpec): Promise<SandboxHandle>;
+  /**
+   * Opens a handle on a sandbox a handle (maybe in another process) left
+   * running; see `handle.remoteId`. Closing it destroys the sandbox only when
+   * `options.created` says this provider created it (as `handle.created` did).
+   */
+  reattach?(remoteId: string, spec?: SandboxSpec, options?: ReattachOptions): Promise<SandboxHandle>;
+}
+
+export interface ReattachOptions {
+  /**
+   * The provider created this sandbox (the container, the SSH workspace), as
+   * recorded from `handle.created`; only then does close destroy it. Never
+   * guessed from the spec or the remoteId: default false, so a sandbox named
+   * by hand is only ever let go of.
+   */
+  created?: boolean;
 }
 
 // ---------------------------------------------------------------- capabilities
@@ -113,6 +127,8 @@ export interface OpenedSandbox {
   teardown?: () => Promise<void>;
   /** Lets go without destroying anything, for `handle.detach()` (e.g. ends a connection). Default: nothing. */
   detach?: () => Promise<void>;
+  /** The provider made what `teardown` destroys; see `SandboxHandle.created`. Default: true from `create`, the reattach option from `attach`. */
+  created?: boolean;
 }
 
 /**
@@ -130,8 +146,12 @@ export abstract class SandboxProviderBase implements SandboxProvider {
   abstract capabilities(): Capabilities;
   protected abstract create(spec: SandboxSpec): Promise<OpenedSandbox>;
 
-  /** Reattaches to a sandbox by `remoteId`; providers whose sandboxes die with their process leave it undefined. */
-  protected attach?(remoteId: string, spec: SandboxSpec): Promise<OpenedSandbox>;
+  /**
+   * Reattaches to a sandbox by `remoteId`; providers whose sandboxes die with
+   * their process leave it undefined. `created` is the recorded ownership:
+   * without it, teardown must not destroy the sandbox.
+   */
+  protected attach?(remoteId: string, spec: SandboxSpec, created: boolean): Promise<OpenedSandbox>;
 
   isAvailable(): boolean {
     return this.unavailableReason() === undefined;
@@ -149,14 +169,16 @@ export abstract class SandboxProviderBase implements SandboxProvider {
   async open(spec: SandboxSpec = {}): Promise<SandboxHandle> {
     const parsed = parseSpec(spec);
     this.#assertAvailable();
-    return this.#adopt(await this.create(parsed), parsed);
+    return this.#adopt(await this.create(parsed), parsed, true);
   }
 
-  async reattach(remoteId: string, spec: SandboxSpec = {}): Promise<SandboxHandle> {
+  async reattach(remoteId: string, spec: SandboxSpec = {}, options: ReattachOptions = {}): Promise<SandboxHandle> {
     if (!this.attach) throw new StrataError("unsupported", `Sandbox provider '${this.name}' cannot reattach to sandboxes`);
+    if (options.created !== undefined && typeof options.created !== "boolean") throw new StrataError("invalid_argument", "options.created must be a boolean");
     const parsed = parseSpec(spec);
     this.#assertAvailable();
-    return this.#adopt(await this.attach(remoteId, parsed), parsed);
+    const created = options.created === true;
+    return this.#adopt(await this.attach(remoteId, parsed, created), parsed, created);
   }
 
   async close(handle: SandboxHandle): Promise<void> {
@@ -177,11 +199,12 @@ export abstract class SandboxProviderBase implements SandboxProvider {
     return (await dispatchPayload(handle.sandbox, parsed, { env: handle.spec.env })) as ResultOf<P["type"]>;
   }
 
-  #adopt(opened: OpenedSandbox, spec: SandboxSpec): SandboxHandle {
+  #adopt(opened: OpenedSandbox, spec: SandboxSpec, created: boolean): SandboxHandle {
     const { sandbox } = opened;
     const handle: SandboxHandle = new SandboxHandle(this, sandbox, {
       spec,
       remoteId: opened.remoteId,
+      created: opened.created ?? created,
       teardown: async () => {
         this.#open.delete(handle);
         await (opened.teardown ? opened.teardown() : sandbox.close());

@@ -109,9 +109,10 @@ export class DockerProvider extends SandboxProviderBase {
     return { sandbox, remoteId: sandbox.id };
   }
 
-  protected override async attach(remoteId: string, spec: SandboxSpec): Promise<OpenedSandbox> {
-    const sandbox = await DockerSandbox.attach(remoteId, { ...this.#options(spec), removeOnClose: true });
-    return { sandbox, remoteId: sandbox.id };
+  protected override async attach(remoteId: string, spec: SandboxSpec, created: boolean): Promise<OpenedSandbox> {
+    // A container this provider did not record as created is someone else's: close lets go of it.
+    const sandbox = await DockerSandbox.attach(remoteId, { ...this.#options(spec), removeOnClose: created });
+    return { sandbox, remoteId: sandbox.id, created };
   }
 
   #options(spec: SandboxSpec) {
@@ -153,6 +154,7 @@ export class SshProvider extends SandboxProviderBase {
   }
 
   protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
+    // A named workingDir may hold anything: only a fresh directory under the root is the provider's to remove.
     const owned = spec.workingDir === undefined;
     const root = process.env.STRATA_SSH_ROOT || "/tmp";
     const workspace = spec.workingDir ?? `${root.replace(/\/+$/, "")}/strata-${randomUUID()}`;
@@ -160,9 +162,9 @@ export class SshProvider extends SandboxProviderBase {
     return this.#connect(target, spec, owned);
   }
 
-  protected override async attach(remoteId: string, spec: SandboxSpec): Promise<OpenedSandbox> {
-    // A workspace the provider made (no workingDir in the recorded spec) is still its to remove at close.
-    return this.#connect(parseSshUrl(remoteId), spec, spec.workingDir === undefined);
+  protected override async attach(remoteId: string, spec: SandboxSpec, created: boolean): Promise<OpenedSandbox> {
+    // Ownership comes only from the record's `created` flag: a spec without workingDir proves nothing.
+    return this.#connect(parseSshUrl(remoteId), spec, created);
   }
 
   async #connect(target: SshTarget, spec: SandboxSpec, owned: boolean): Promise<OpenedSandbox> {
@@ -184,6 +186,7 @@ export class SshProvider extends SandboxProviderBase {
     return {
       sandbox,
       remoteId: sshUrl(target),
+      created: owned,
       teardown: async () => {
         try {
           if (owned && !sandbox.closed) await sandbox.execute(`cd / && rm -rf -- ${shellQuote(target.workspace)}`, { timeout: 60 });

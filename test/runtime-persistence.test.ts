@@ -272,7 +272,9 @@ describe("persistent sandbox registry: reattach from another process", () => {
     const recorded = await recordInChild("ssh", {});
     expect(recorded.remoteId).toMatch(/^ssh:\/\/strata-ssh@127\.0\.0\.1:\d+\/tmp\/strata-[0-9a-f-]+$/);
     const registry = new PersistentSandboxRegistry({ root, providers });
+    expect(await registry.loadRemote(recorded.id)).toMatchObject({ created: true });
     const handle = await registry.reattach(recorded.id);
+    expect(handle.created).toBe(true);
     let workspace = "";
     try {
       expect(await handle.dispatch(filesRead({ path: "/from-first-process.txt" }))).toMatchObject({ data: `written by pid ${recorded.pid}\n` });
@@ -293,5 +295,67 @@ describe("persistent sandbox registry: reattach from another process", () => {
     } finally {
       await ssh.close(probe);
     }
+  });
+});
+
+describe("persistent sandbox registry: only what the provider created is destroyed", () => {
+  it("records created from the handle; a hand-made or older record is not created", async () => {
+    const registry = new PersistentSandboxRegistry({ root });
+    expect(await registry.recordRemote("ssh", "ssh://u@h:22/some/dir", null, { id: "by-hand" })).toMatchObject({ created: false });
+    expect(await registry.recordRemote("docker", "c1", null, { id: "made", created: true })).toMatchObject({ created: true });
+    expect(await registry.loadRemote("made")).toMatchObject({ created: true });
+    await expect(registry.recordRemote("docker", "c1", null, { created: "yes" as never })).rejects.toSatisfy((error) => isStrataError(error, "invalid_argument"));
+    // A record written before the flag existed reads as not created, so it is never destroyed.
+    const older = { version: 1, id: "older", provider: "ssh", remoteId: "ssh://u@h:22/w", spec: null, createdAt: new Date().toISOString() };
+    writeFileSync(join(root, "remote", "older.json"), JSON.stringify(older));
+    expect(await registry.loadRemote("older")).toMatchObject({ created: false });
+  });
+
+  it("SSH: reattaching a workspace recorded by hand and closing it leaves the workspace alone", async () => {
+    requireService("STRATA_SSH_HOST", "40-sshd.sh");
+    const ssh = providers.get("ssh");
+    if (!ssh.isAvailable()) providerMissing("ssh", "no STRATA_SSH_* configuration", "40-sshd.sh");
+    const probe = await ssh.open({});
+    const dir = `/tmp/strata-not-ours-${process.pid}-${Date.now()}`;
+    try {
+      expect(await probe.dispatch(commandRun({ cmd: `mkdir -p ${dir} && echo precious > ${dir}/keep.txt` }))).toMatchObject({ exitCode: 0 });
+      const url = `ssh://${process.env.STRATA_SSH_USER}@${process.env.STRATA_SSH_HOST}:${process.env.STRATA_SSH_PORT ?? 22}${dir}`;
+      const registry = new PersistentSandboxRegistry({ root, providers });
+      // With a spec that names no workingDir: the provider used to take that as "mine".
+      for (const spec of [null, {}]) {
+        const record = await registry.recordRemote("ssh", url, spec);
+        const handle = await registry.reattach(record.id);
+        expect(handle.created).toBe(false);
+        expect(await handle.dispatch(filesRead({ path: "/keep.txt" }))).toMatchObject({ data: "precious\n" });
+        await ssh.close(handle);
+        expect(await probe.dispatch(commandRun({ cmd: `cat ${dir}/keep.txt` }))).toMatchObject({ stdout: "precious\n", exitCode: 0 });
+      }
+      // Recorded as created, the same workspace is the provider's to remove.
+      const owned = await registry.recordRemote("ssh", url, null, { created: true });
+      await ssh.close(await registry.reattach(owned.id));
+      expect(await probe.dispatch(commandRun({ cmd: `test -e ${dir} && echo still-there || echo gone` }))).toMatchObject({ stdout: "gone\n" });
+    } finally {
+      await probe.dispatch(commandRun({ cmd: `rm -rf ${dir}` }));
+      await ssh.close(probe);
+    }
+  });
+
+  it("Docker: reattaching a container recorded by hand and closing it leaves the container running", async () => {
+    const image = requireService("STRATA_DOCKER_IMAGE_BUSYBOX", "30-docker.sh");
+    const docker = providers.get("docker");
+    if (!docker.isAvailable()) providerMissing("docker", "no daemon socket", "30-docker.sh");
+    const original = await docker.open({ image });
+    try {
+      expect(original.created).toBe(true);
+      const registry = new PersistentSandboxRegistry({ root, providers });
+      const record = await registry.recordRemote("docker", original.remoteId!, { image });
+      const handle = await registry.reattach(record.id);
+      expect(handle.created).toBe(false);
+      await docker.close(handle);
+      expect(await original.dispatch(commandRun({ cmd: "echo alive" }))).toMatchObject({ stdout: "alive\n", exitCode: 0 });
+    } finally {
+      await docker.close(original);
+    }
+    await expect(docker.reattach!(original.remoteId!)).rejects.toThrow(/does not exist/);
   });
 });
