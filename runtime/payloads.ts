@@ -369,16 +369,24 @@ interface SeparatedRun {
  * messages land in stderr like any other. If the sandbox truncates the output
  * before the marker, the whole output is reported as stdout with
  * `truncated: true`.
+ *
+ * The file is opened twice (fd 3 to write, fd 4 to read back) and unlinked
+ * before the command starts: it has no name while it holds anything, and the
+ * kernel frees it however the wrapper ends — a timeout's SIGKILL, an abort or
+ * a dropped connection included — so no command output is ever left behind in
+ * a shared /tmp. A pipe would not do: a background child holding it open
+ * would keep the wrapper waiting. Without mktemp, stderr stays in the
+ * combined output (reported as stdout) rather than going to a guessable name.
  */
 async function executeSeparated(sandbox: SandboxBackendProtocol, cmd: string, options: ExecuteOptions): Promise<SeparatedRun> {
-  const id = nonce();
-  const marker = `__STRATA_STDERR_${id}__`;
+  const marker = `__STRATA_STDERR_${nonce()}__`;
   const script = [
-    `__strata_err=$(mktemp 2>/dev/null) || __strata_err=/tmp/.strata-stderr-${id}`,
-    `( eval ${shellQuote(cmd)} ) 2>"$__strata_err"`,
+    `if __strata_err=$(mktemp 2>/dev/null); then exec 3>"$__strata_err" 4<"$__strata_err"; rm -f -- "$__strata_err"; else exec 3>&2 4</dev/null; fi`,
+    `( eval ${shellQuote(cmd)} ) 2>&3 3>&- 4<&-`,
     `__strata_status=$?`,
+    `exec 3>&-`,
     `printf '%s' ${shellQuote(marker)}`,
-    `cat "$__strata_err" 2>/dev/null; rm -f "$__strata_err"`,
+    `cat <&4`,
     `exit "$__strata_status"`,
   ].join("\n");
   const started = performance.now();
