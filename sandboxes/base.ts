@@ -14,14 +14,16 @@
  * - the formatting, edit, glob and grep semantics are core's (`formatRead`,
  *   `applyEdit`, `compileGlob`, `grepText`, …): the shell only moves bytes.
  */
-import { BaseBackend, failure } from "../core/base.js";
+import { createHash } from "node:crypto";
+import { BaseBackend, checkBatch, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
-import { type ErrorCode, StrataError, errors, toFileOperationError } from "../core/errors.js";
+import { type ErrorCode, StrataError, asStrataError, errors, isStrataError, printable, toFileOperationError } from "../core/errors.js";
 import { decodeText, fileDataFromBytes, fileDataSize, fileDataText } from "../core/filedata.js";
 import { DEFAULT_READ_LIMIT, errorString, formatRead, renderWindow, splitLines, validateReadWindow } from "../core/format.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
-import { isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
+import { type Quota, type Usage, byteCount, checkQuota, timeoutSeconds, validateQuota } from "../core/limits.js";
+import { baseName, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import type { SandboxBackendProtocol } from "../core/protocol.js";
 import type {
   DeleteResult,
@@ -38,7 +40,29 @@ import type {
   WriteOptions,
   WriteResult,
 } from "../core/types.js";
-import { MAX_TRANSFER_BYTES, WHOLE_FILE_BYTES, statusError, CHECK_REGULAR_FILE, CHECK_PLACE_FOR_FILE, REPLACE_FROM_STDIN, PLACE_FN, PUT_FN, GET_FN, STAT_BATCH, GREP_SMALL_BATCH, GREP_EMIT, parseStatBatches, fileInfo, parseGrepLines, fromBase64, tempName, batches } from "./shell.js";
+import {
+  MAX_TRANSFER_BYTES,
+  WHOLE_FILE_BYTES,
+  RESERVED_NAME,
+  statusError,
+  int,
+  CHECK_REGULAR_FILE,
+  QUOTA_FN,
+  LOCK_FN,
+  WRITE_FROM_STDIN,
+  PLACE_FN,
+  PUT_FN,
+  GET_FN,
+  STAT_BATCH,
+  GREP_SMALL_BATCH,
+  GREP_EMIT,
+  parseStatBatches,
+  fileInfo,
+  parseGrepLines,
+  fromBase64,
+  tempName,
+  batches,
+} from "./shell.js";
 
 export { MAX_TRANSFER_BYTES };
 
@@ -50,6 +74,55 @@ export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 const FILE_OP_OUTPUT_BYTES = Math.ceil((MAX_TRANSFER_BYTES * 4) / 3) + 16 * 1024 * 1024;
 /** Largest window of a big file `read` returns, in bytes. */
 const MAX_WINDOW_BYTES = 16 * 1024 * 1024;
+/** Attempts of an edit whose compare-and-swap keeps losing to other writers before it answers `conflict`. */
+const EDIT_ATTEMPTS = 32;
+/** A sandbox workspace's quota unless its options say otherwise. */
+export const DEFAULT_SANDBOX_QUOTA: Readonly<Required<Quota>> = { maxBytes: 1024 * 1024 * 1024, maxFiles: 100_000 };
+
+/** Options every sandbox takes. */
+export interface BaseSandboxOptions {
+  /**
+   * Limits on the workspace (default DEFAULT_SANDBOX_QUOTA; a given field
+   * replaces its default; `false` for none). Writes, edits and uploads that
+   * would pass it answer `quota_exceeded`; commands are not limited by it.
+   */
+  quota?: Quota | false;
+}
+
+/** An environment variable name a process can receive: not empty, no `=`, no NUL. */
+const ENV_NAME = /^[^=\0]+$/;
+
+/** Checks `execute`'s arguments once for every sandbox: a wrong type or value is `invalid_argument`, never a raw TypeError. */
+function checkExecute(command: unknown, options: unknown): ExecuteOptions {
+  if (typeof command !== "string") throw errors.invalidArgument(`command must be a string, got ${typeof command}`);
+  if (command.includes("\0")) throw errors.invalidArgument("the command contains a NUL byte");
+  if (options === undefined) return {};
+  if (typeof options !== "object" || options === null || Array.isArray(options)) {
+    throw errors.invalidArgument(`execute options must be an object such as { timeout: 30 }, got ${options === null ? "null" : typeof options}`);
+  }
+  const checked = { ...(options as ExecuteOptions) };
+  if (checked.timeout !== undefined) timeoutSeconds(checked.timeout);
+  if (checked.maxOutputBytes !== undefined) checked.maxOutputBytes = byteCount(checked.maxOutputBytes, "maxOutputBytes");
+  if (checked.cwd !== undefined && (typeof checked.cwd !== "string" || checked.cwd.includes("\0"))) {
+    throw errors.invalidArgument("cwd must be a virtual path without NUL bytes");
+  }
+  if (checked.env !== undefined) {
+    if (typeof checked.env !== "object" || checked.env === null || Array.isArray(checked.env)) throw errors.invalidArgument("env must be an object of strings");
+    for (const [name, value] of Object.entries(checked.env)) {
+      if (!ENV_NAME.test(name)) throw errors.invalidArgument(`'${printable(name)}' is not a valid environment variable name`);
+      if (typeof value !== "string" || value.includes("\0")) {
+        throw errors.invalidArgument(`environment variable '${printable(name)}' must be a string without NUL bytes`);
+      }
+    }
+  }
+  if (checked.stdin !== undefined && typeof checked.stdin !== "string" && !(checked.stdin instanceof Uint8Array)) {
+    throw errors.invalidArgument("stdin must be a string or bytes");
+  }
+  if (checked.signal !== undefined && !(checked.signal instanceof AbortSignal)) throw errors.invalidArgument("signal must be an AbortSignal");
+  if (checked.onOutput !== undefined && typeof checked.onOutput !== "function") throw errors.invalidArgument("onOutput must be a function");
+  return checked;
+}
+
 
 /** Quotes any string for POSIX sh: spaces, quotes, newlines and `$` survive as they are. */
 export function shellQuote(value: string): string {
@@ -129,8 +202,26 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
 
   /** Seconds a derived file operation may run before it is killed. */
   protected fileOperationTimeout = 300;
+  /** The workspace quota, undefined for none. */
+  readonly quota: Quota | undefined;
   private isClosed = false;
-  private readonly closing = new AbortController();
+  /** One controller per running command, so close() stops each without a listener on a shared signal. */
+  private readonly liveCommands = new Set<AbortController>();
+  private readonly commandSignals = new WeakSet<AbortSignal>();
+  /** Option objects of the derived operations' own scripts (they do not make the usage stale). */
+  private readonly ownScripts = new WeakSet<object>();
+  /** Workspace usage as last measured plus the deltas of our own writes; undefined once a command may have changed it. */
+  private usage: Usage | undefined;
+
+  constructor(options: BaseSandboxOptions = {}) {
+    super();
+    const quota = options.quota;
+    if (quota !== undefined && quota !== false && (typeof quota !== "object" || quota === null)) {
+      throw errors.invalidArgument("quota must be an object { maxBytes?, maxFiles? } or false");
+    }
+    this.quota = quota === false ? undefined : validateQuota({ ...DEFAULT_SANDBOX_QUOTA, ...quota });
+    this.guardEntryPoints();
+  }
 
   get closed(): boolean {
     return this.isClosed;
@@ -144,12 +235,158 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
   async close(): Promise<void> {
     if (this.isClosed) return;
     this.isClosed = true;
-    this.closing.abort(new StrataError("sandbox_closed", `Sandbox '${this.id}' was closed while the command ran`));
+    const reason = new StrataError("sandbox_closed", `Sandbox '${this.id}' was closed while the command ran`);
+    for (const controller of this.liveCommands) controller.abort(reason);
   }
 
-  /** The signal a subclass hands to a running command: the call's own, or `close()`. */
+  /** The signal a subclass hands to a running command: stopped by the call's own signal or by `close()`. */
   protected commandSignal(signal?: AbortSignal): AbortSignal {
-    return signal ? AbortSignal.any([signal, this.closing.signal]) : this.closing.signal;
+    if (signal && this.commandSignals.has(signal)) return signal;
+    // Only reached by a command that bypassed the guarded execute; close() cannot reach it, so it is tied to the caller's signal alone.
+    return signal ?? new AbortController().signal;
+  }
+
+  private closedSandboxError(): StrataError {
+    return errors.sandboxClosed(`Sandbox '${this.id}'`);
+  }
+
+  /**
+   * Wraps the three methods a subclass implements, once for every sandbox:
+   * argument checks, the closed state, a per-command abort signal, the quota
+   * on uploads, per-item answers instead of throws, and paths echoed exactly
+   * as requested. (Reading the subclass's methods here, not in the
+   * constructor body, keeps TypeScript's abstract-member rule satisfied.)
+   */
+  private guardEntryPoints(): void {
+    const execute = this.execute;
+    const upload = this.uploadFiles;
+    const download = this.downloadFiles;
+    this.execute = (command, options) => this.guardedExecute(execute, command, options);
+    this.uploadFiles = (files) => this.guardedUpload(upload, files);
+    this.downloadFiles = (paths) => this.guardedDownload(download, paths);
+  }
+
+  private async guardedExecute(inner: BaseSandbox["execute"], command: unknown, options: unknown): Promise<ExecuteResponse> {
+    const checked = checkExecute(command, options);
+    if (this.isClosed) throw this.closedSandboxError();
+    const own = typeof options === "object" && options !== null && this.ownScripts.has(options);
+    if (!own) this.usage = undefined;
+    const controller = new AbortController();
+    const signal = checked.signal ? AbortSignal.any([checked.signal, controller.signal]) : controller.signal;
+    this.commandSignals.add(signal);
+    this.liveCommands.add(controller);
+    try {
+      return await inner.call(this, command as string, { ...checked, signal });
+    } finally {
+      this.liveCommands.delete(controller);
+      if (!own) this.usage = undefined;
+    }
+  }
+
+  private async guardedUpload(inner: BaseSandbox["uploadFiles"], files: unknown): Promise<FileUploadResponse[]> {
+    checkBatch(files, "uploadFiles");
+    const items = files as unknown[];
+    const responses: FileUploadResponse[] = items.map((item) => ({ path: String(Array.isArray(item) ? item[0] : item), error: null }));
+    const pending: { index: number; item: readonly [string, Uint8Array] }[] = [];
+    items.forEach((item, index) => {
+      if (!Array.isArray(item) || typeof item[0] !== "string") responses[index]!.error = "invalid_path";
+      else pending.push({ index, item: item as unknown as readonly [string, Uint8Array] });
+    });
+    if (this.isClosed) {
+      for (const { index } of pending) responses[index]!.error = toFileOperationError("sandbox_closed");
+      return responses;
+    }
+    try {
+      let accepted = pending;
+      if (this.quota) {
+        // Every item counted as a new file of its full size: an overwrite is over-counted, never under.
+        const usage = { ...(await this.currentUsage()) };
+        accepted = pending.filter(({ index, item: [path, content] }) => {
+          const delta = { bytes: content instanceof Uint8Array ? content.length : 0, files: 1 };
+          try {
+            checkQuota(this.quota, usage, delta, path);
+          } catch (error) {
+            responses[index]!.error = toFileOperationError(asStrataError(error, path).code);
+            return false;
+          }
+          usage.bytes += delta.bytes;
+          usage.files += delta.files;
+          return true;
+        });
+      }
+      if (accepted.length > 0) {
+        const answers = await inner.call(this, accepted.map(({ item }) => item));
+        accepted.forEach(({ index }, i) => (responses[index]!.error = answers[i]?.error ?? "permission_denied"));
+      }
+    } catch (error) {
+      const code = toFileOperationError(asStrataError(error, "/").code);
+      for (const { index } of pending) responses[index]!.error ??= code;
+    } finally {
+      this.usage = undefined;
+    }
+    return responses;
+  }
+
+  private async guardedDownload(inner: BaseSandbox["downloadFiles"], paths: unknown): Promise<FileDownloadResponse[]> {
+    checkBatch(paths, "downloadFiles");
+    const items = paths as unknown[];
+    const responses: FileDownloadResponse[] = items.map((path) => ({ path: String(path), content: null, error: null }));
+    const pending: { index: number; path: string }[] = [];
+    items.forEach((path, index) => {
+      if (typeof path !== "string") responses[index]!.error = "invalid_path";
+      else pending.push({ index, path });
+    });
+    if (this.isClosed) {
+      for (const { index } of pending) responses[index]!.error = toFileOperationError("sandbox_closed");
+      return responses;
+    }
+    try {
+      const answers = pending.length === 0 ? [] : await inner.call(this, pending.map(({ path }) => path));
+      pending.forEach(({ index }, i) => {
+        const answer = answers[i];
+        responses[index]!.content = answer?.content ?? null;
+        responses[index]!.error = answer ? answer.error : "permission_denied";
+      });
+    } catch (error) {
+      const code = toFileOperationError(asStrataError(error, "/").code);
+      for (const { index } of pending) {
+        responses[index]!.content = null;
+        responses[index]!.error = code;
+      }
+    }
+    return responses;
+  }
+
+  /** The workspace usage, measured inside the sandbox when a command may have changed it (one round trip). */
+  private async currentUsage(): Promise<Usage> {
+    if (this.usage) return this.usage;
+    const { fields } = await this.runScript("/", `${QUOTA_FN}\nmeasure\necho "usage $UB $UF"`);
+    this.usage = { bytes: Number(fields[0]) || 0, files: Number(fields[1]) || 0 };
+    return this.usage;
+  }
+
+  /** Shell variables for QUOTA_FN: the limits, and the cached usage or -1 to measure in the same script. */
+  private quotaVariables(): { script: string; measured: boolean } {
+    if (!this.quota) return { script: "QB=-1 QF=-1 UB=0 UF=0", measured: false };
+    const usage = this.usage;
+    const limit = (value: number | undefined) => (value === undefined ? "-1" : int(value));
+    return {
+      script: `QB=${limit(this.quota.maxBytes)} QF=${limit(this.quota.maxFiles)} UB=${usage ? int(usage.bytes) : "-1"} UF=${usage ? int(usage.files) : "-1"}`,
+      measured: usage === undefined,
+    };
+  }
+
+  /** Takes a write's `ok UB UF DB DF` line into the cached usage. */
+  private recordWrite(fields: string[], measured: boolean): void {
+    if (!this.quota) return;
+    const [bytes, files, addBytes, addFiles] = fields.map(Number) as [number, number, number, number];
+    if (![bytes, files, addBytes, addFiles].every(Number.isFinite)) {
+      this.usage = undefined;
+    } else if (measured) {
+      this.usage = { bytes: bytes + addBytes, files: files + addFiles };
+    } else if (this.usage) {
+      this.usage = { bytes: this.usage.bytes + addBytes, files: this.usage.files + addFiles };
+    }
   }
 
   /**
@@ -196,7 +433,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
   }
 
   protected assertOpen(): void {
-    if (this.isClosed) throw new StrataError("sandbox_closed", `Sandbox '${this.id}' is closed`);
+    if (this.isClosed) throw this.closedSandboxError();
   }
 
   /** Where a normalised virtual path lives inside the sandbox. */
@@ -227,12 +464,9 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
     this.assertOpen();
     // Every script ends in `exit 0`: a run that did not reach the end is told apart by its exit code.
     const script = `exec 2>/dev/null\nexport LC_ALL=C\nW=${shellQuote(this.workspace)}\n${body}\nexit 0`;
-    const response = await this.execute(script, {
-      ...options,
-      cwd: "/",
-      timeout: this.fileOperationTimeout,
-      maxOutputBytes: FILE_OP_OUTPUT_BYTES,
-    });
+    const run = { ...options, cwd: "/", timeout: this.fileOperationTimeout, maxOutputBytes: FILE_OP_OUTPUT_BYTES };
+    this.ownScripts.add(run);
+    const response = await this.execute(script, run);
     if (response.truncated) {
       throw new StrataError("too_large", `The result for '${path}' is over ${FILE_OP_OUTPUT_BYTES} bytes; narrow the request`);
     }
@@ -363,19 +597,20 @@ fi`,
         continue;
       }
       const name = entry.name.slice(2); // find prints "./name"
-      if (name.includes("\\")) continue; // No virtual path can address it.
+      if (name.includes("\\") || RESERVED_NAME.test(name)) continue; // No virtual path can address it, or an operation in flight owns it.
       const path = joinPath(dir, name);
       entries.push(entry.isDir ? { path: `${path}/`, is_dir: true } : fileInfo(path, entry));
     }
     return sortByPath(entries);
   }
 
-  override async read(filePath: string, offset = 0, limit = DEFAULT_READ_LIMIT): Promise<string> {
-    this.assertOpen();
+  override async read(filePath: string, offsetArg: unknown = 0, limitArg: unknown = DEFAULT_READ_LIMIT): Promise<string> {
     try {
+      this.assertOpen();
       const path = normalizePath(filePath);
-      validateReadWindow(offset, limit);
-      const last = offset + limit;
+      const { offset, limit } = validateReadWindow(offsetArg, limitArg);
+      // limit is clamped to 2^53-1 and offset is at most that, so the sum stays exact and prints without an exponent.
+      const last = Math.min(offset + limit, Number.MAX_SAFE_INTEGER);
       const { status, fields, payload } = await this.runScript(
         path,
         `P=${shellQuote(this.sandboxPath(path))}
@@ -386,7 +621,7 @@ n=$(($(wc -l < "$P")))
 [ "$(tail -c 1 < "$P" | wc -l)" -eq 0 ] && n=$((n + 1))
 z=$(($(tr -d '\\000' < "$P" | wc -c)))
 echo "window $s $n $z"
-sed -n '${offset + 1},${last}p;${last}q' < "$P" | head -c ${MAX_WINDOW_BYTES + 1} | base64`,
+sed -n '${int(offset + 1)},${int(last)}p;${int(last)}q' < "$P" | head -c ${MAX_WINDOW_BYTES + 1} | base64`,
       );
       const size = Number(fields[0]);
       const bytes = fromBase64(payload);
@@ -432,62 +667,74 @@ base64 < "$P"`,
   }
 
   async write(filePath: string, content: string, options: WriteOptions = {}): Promise<WriteResult> {
-    this.assertOpen();
     let path = filePath;
     try {
+      this.assertOpen();
       path = normalizePath(filePath);
       if (typeof content !== "string") throw errors.invalidArgument("content must be a string");
       if (path === "/") throw errors.isDirectory(path);
-      await this.runScript(
-        path,
-        `P=${shellQuote(this.sandboxPath(path))}
-${CHECK_PLACE_FOR_FILE}
-if [ -e "$P" ] || [ -L "$P" ]; then ${options.overwrite ? ":" : "echo exists; exit 0"}; fi
-${REPLACE_FROM_STDIN(tempName())}`,
-        { stdin: new TextEncoder().encode(content) },
-      );
+      await this.putText(path, content, options.overwrite ? "replace" : "create");
       return { path, filesUpdate: null };
     } catch (error) {
       return failure(error, path);
     }
   }
 
+  /** One write's script (see WRITE_FROM_STDIN); throws the status's error. */
+  private async putText(path: string, text: string, mode: "create" | "replace" | "swap", checksum = ""): Promise<void> {
+    const stdin = new TextEncoder().encode(text);
+    const quota = this.quotaVariables();
+    const { fields } = await this.runScript(
+      path,
+      `P=${shellQuote(this.sandboxPath(path))}
+N=${int(stdin.length)} H=${shellQuote(checksum)} ${quota.script}
+L=${shellQuote(`${this.workspace === "/" ? "" : this.workspace}/.strata-lock-${createHash("sha256").update(path).digest("hex").slice(0, 32)}`)}
+${QUOTA_FN}
+${LOCK_FN}
+${WRITE_FROM_STDIN(tempName(), mode)}`,
+      { stdin },
+    );
+    this.recordWrite(fields, quota.measured);
+  }
+
   /**
-   * Two round trips: fetch the file, apply core's `applyEdit` here, then
-   * write back only if the file still has the checksum it had when fetched
-   * (compare-and-swap in the shell; a concurrent change fails with
-   * `conflict` instead of being overwritten). A one-trip edit would need the
+   * Fetches the file, applies core's `applyEdit` here, and writes back with
+   * a compare-and-swap: under the path's lock inside the sandbox, only if
+   * the file still has the checksum it had when fetched. Losing the swap to
+   * another writer re-reads and re-applies the edit, so concurrent edits of
+   * different parts all land; only an edit that keeps losing answers
+   * `conflict`. Two round trips when nobody races: one trip would need the
    * replacement done by the shell, which cannot match applyEdit's CRLF and
    * UTF-8 rules with POSIX tools alone.
    */
   async edit(filePath: string, oldString: string, newString: string, replaceAll = false): Promise<EditResult> {
-    this.assertOpen();
     let path = filePath;
     try {
+      this.assertOpen();
       path = normalizePath(filePath);
-      const { data, checksum } = await this.fetchFile(path);
-      const text = fileDataText(data);
-      if (text === null) throw errors.binary(path, fileDataSize(data));
-      const { text: updated, occurrences } = applyEdit(text, oldString, newString, replaceAll, path);
-      await this.runScript(
-        path,
-        `P=${shellQuote(this.sandboxPath(path))}
-${CHECK_REGULAR_FILE}
-h=$(md5sum < "$P")
-[ "\${h%% *}" = ${shellQuote(checksum)} ] || { echo conflict; exit 0; }
-${REPLACE_FROM_STDIN(tempName())}`,
-        { stdin: new TextEncoder().encode(updated) },
-      );
-      return { path, occurrences, filesUpdate: null };
+      for (let attempt = 1; ; attempt++) {
+        const { data, checksum } = await this.fetchFile(path);
+        const text = fileDataText(data);
+        if (text === null) throw errors.binary(path, fileDataSize(data));
+        const { text: updated, occurrences } = applyEdit(text, oldString, newString, replaceAll, path);
+        try {
+          await this.putText(path, updated, "swap", checksum);
+          return { path, occurrences, filesUpdate: null };
+        } catch (error) {
+          if (!isStrataError(error, "conflict") || attempt >= EDIT_ATTEMPTS) throw error;
+          // Back off a little, with jitter, so racing editors do not retry in lockstep.
+          await new Promise((resolve) => setTimeout(resolve, Math.random() * 10 * Math.min(attempt, 10)));
+        }
+      }
     } catch (error) {
       return failure(error, path);
     }
   }
 
   async delete(filePath: string): Promise<DeleteResult> {
-    this.assertOpen();
     let path = filePath;
     try {
+      this.assertOpen();
       path = normalizePath(filePath);
       if (path === "/") throw new StrataError("permission_denied", "Refusing to delete '/'");
       await this.runScript(
@@ -532,14 +779,14 @@ find -H "$R" -type f -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f
       { env: { STRATA_PATTERN: pattern } },
     );
     const matches: GrepMatch[] = [];
-    const search = (sandboxFile: string, body: Uint8Array, whole: boolean) => {
+    const search = (sandboxFile: string, body: Uint8Array, unterminated: number | undefined) => {
       const file = this.addressable(sandboxFile);
-      if (file === undefined || !isWithin(root, file) || (matcher && !matcher(file))) return;
-      if (whole) {
+      if (file === undefined || !isWithin(root, file) || RESERVED_NAME.test(baseName(file)) || (matcher && !matcher(file))) return;
+      if (unterminated === undefined) {
         const text = decodeText(body);
         if (text !== null) grepText(file, text, pattern, matches);
       } else {
-        for (const match of parseGrepLines(file, body)) matches.push(match);
+        for (const match of parseGrepLines(file, body, unterminated)) matches.push(match);
       }
     };
     let at = 0;
@@ -565,12 +812,16 @@ find -H "$R" -type f -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f
         }
         let offset = 0;
         names.forEach((name, i) => {
-          search(name, body.subarray(offset, offset + sizes[i]!), true);
+          search(name, body.subarray(offset, offset + sizes[i]!), undefined);
           offset += sizes[i]!;
         });
-      } else if (kind === "W" || kind === "L") {
+      } else if (kind === "W") {
         const name = field();
-        search(name, fromBase64(field()), kind === "W");
+        search(name, fromBase64(field()), undefined);
+      } else if (kind === "L") {
+        const name = field();
+        const unterminated = Number(field());
+        search(name, fromBase64(field()), unterminated);
       } else {
         throw new StrataError("io_error", `The sandbox sent a malformed grep result for '${root}'`);
       }
@@ -589,7 +840,7 @@ find -H ${shellQuote(this.sandboxPath(matcher.root))} -type f -exec sh -c ${shel
     const found: FileInfo[] = [];
     for (const entry of parseStatBatches(payload)) {
       const file = this.addressable(entry.name);
-      if (file !== undefined && matcher(file)) found.push(fileInfo(file, entry));
+      if (file !== undefined && !RESERVED_NAME.test(baseName(file)) && matcher(file)) found.push(fileInfo(file, entry));
     }
     return sortByPath(found);
   }

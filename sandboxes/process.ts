@@ -8,6 +8,7 @@
 import { spawn } from "node:child_process";
 import { constants } from "node:os";
 import { StrataError, errors } from "../core/errors.js";
+import { timeoutSeconds } from "../core/limits.js";
 import type { ExecuteResponse } from "../core/types.js";
 import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./base.js";
 
@@ -32,11 +33,9 @@ export interface ProcessRun {
   signal?: AbortSignal;
 }
 
-/** Validates a per-call timeout in seconds. */
+/** Validates a timeout in seconds (a sandbox's default or one call's) against core's table, so a timer never fires early. */
 export function checkTimeout(timeout: number | undefined): void {
-  if (timeout !== undefined && (typeof timeout !== "number" || !(timeout > 0) || !Number.isFinite(timeout))) {
-    throw errors.invalidArgument(`timeout must be a positive number of seconds, got ${String(timeout)}`);
-  }
+  if (timeout !== undefined) timeoutSeconds(timeout);
 }
 
 export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {

@@ -3,8 +3,9 @@
  * BusyBox alike) that the derived file operations run, and the parsers of
  * what they print. Kept apart from the class so each reads in one sitting.
  */
-import { StrataError, errors } from "../core/errors.js";
+import { StrataError, errors, printable } from "../core/errors.js";
 import { decodeBase64, decodeText } from "../core/filedata.js";
+import { checkQuota } from "../core/limits.js";
 import type { FileInfo, GrepMatch } from "../core/types.js";
 
 /** Largest file `readRaw`, `edit` and a sandbox's download move through `execute`. */
@@ -30,12 +31,37 @@ export function statusError(status: string, path: string, fields: string[]): Str
     case "toolarge":
       return errors.tooLarge(path, Number(fields[0]), Number(fields[1]));
     case "conflict":
-      return new StrataError("conflict", `'${path}' changed while it was being edited; read it again and retry`);
+      return errors.conflict(path, "another writer changed it between read and write");
+    case "busy":
+      return new StrataError("busy", `'${printable(path)}' stayed locked by another operation for a minute; try again`);
+    case "quota":
+      return quotaError(path, fields.map(Number));
     case "failed":
       return errors.io(path);
     default:
       return undefined;
   }
+}
+
+/** The shell's `quota UB UF DB DF QB QF` line as core's quota error, so the wording is the one every backend uses. */
+function quotaError(path: string, [bytes = 0, files = 0, addBytes = 0, addFiles = 0, maxBytes = -1, maxFiles = -1]: number[]): StrataError {
+  try {
+    checkQuota(
+      { maxBytes: maxBytes < 0 ? undefined : maxBytes, maxFiles: maxFiles < 0 ? undefined : maxFiles },
+      { bytes, files },
+      { bytes: addBytes, files: addFiles },
+      path,
+    );
+  } catch (error) {
+    if (error instanceof StrataError) return error;
+  }
+  return errors.quotaExceeded(path, "the workspace is full");
+}
+
+/** A number as a shell script may see it: a plain integer, never exponent form (`1e+21`). */
+export function int(value: number): string {
+  if (!Number.isSafeInteger(value)) throw errors.invalidArgument(`${String(value)} is not an integer a shell can take`);
+  return String(value);
 }
 
 // ---- shell fragments (POSIX sh; GNU coreutils and BusyBox alike) ----
@@ -54,20 +80,93 @@ while [ "\${#a}" -gt "\${#W}" ]; do
   a=\${a%/*}
 done`;
 
+/** Reserved names: temporary files and lock directories of in-flight operations; listings leave them out. */
+export const RESERVED_NAME = /^\.strata-(tmp|lock)-/;
+
 /**
- * Writes stdin to a temporary file beside "$P" and renames it over "$P", so
- * a failed write never leaves a half-written file; keeps an existing file's mode.
+ * Workspace usage for the quota. `measure` sets UB (bytes, from `du -sk`) and
+ * UF (regular files); `room DB DF` prints a `quota` status and fails when
+ * adding DB bytes and DF files would pass QB/QF (-1: no limit). The script
+ * sets QB QF, and UB UF to the cached usage or -1 to measure here.
  */
-export const REPLACE_FROM_STDIN = (temp: string) => `d=\${P%/*}
-d=\${d:-/}
-mkdir -p -- "$d" || { echo denied; exit 0; }
-t="$d/${temp}"
-if cat > "$t"; then
-  [ -f "$P" ] && chmod "$(stat -L -c %a -- "$P")" "$t"
-  mv -f -- "$t" "$P" && { echo ok; exit 0; }
+export const QUOTA_FN = `measure() {
+  set -- $(du -sk -- "$W")
+  UB=$((\${1:-0} * 1024)); UF=0
+  for k in $(find "$W" -type f -exec sh -c 'echo $#' sh {} +); do UF=$((UF + k)); done
+}
+room() {
+  [ "$QB" -ge 0 ] || [ "$QF" -ge 0 ] || return 0
+  [ "$UB" -ge 0 ] || measure
+  if { [ "$QB" -ge 0 ] && [ "$1" -gt 0 ] && [ $((UB + $1)) -gt "$QB" ]; } || { [ "$QF" -ge 0 ] && [ "$2" -gt 0 ] && [ $((UF + $2)) -gt "$QF" ]; }; then
+    echo "quota $UB $UF $1 $2 $QB $QF"; return 1
+  fi
+  return 0
+}`;
+
+/**
+ * A lock directory "$L" (mkdir is atomic on every file system and in every
+ * userland, unlike flock, which BusyBox may lack). A holder killed before it
+ * released leaves the directory; one older than 30 s is broken. Waits up to
+ * a minute, then fails (the caller answers busy).
+ */
+export const LOCK_FN = `lock() {
+  s=$(date +%s); i=0
+  until mkdir -- "$L"; do
+    if [ ! -d "$L" ]; then i=$((i + 1)); [ "$i" -lt 5 ] && continue; return 1; fi
+    n=$(date +%s)
+    m=$(stat -c %Y -- "$L") && [ $((n - m)) -gt 30 ] && rmdir -- "$L" && continue
+    [ $((n - s)) -lt 60 ] || return 1
+    sleep 0.01 || sleep 1
+  done
+  locked=1
+}`;
+
+/**
+ * Puts stdin at "$P" (N bytes), one of three ways:
+ * - create: a hard link from a temporary file, which fails if "$P" exists,
+ *   so of concurrent creators exactly one wins;
+ * - replace: rename over "$P" under the path's lock;
+ * - swap: under the lock, only if "$P" still has the md5 "$H" (edit's
+ *   compare-and-swap: the compare and the rename are one step for every
+ *   Strata writer, since overwrite takes the same lock).
+ * Content goes to a temporary file first, so a failed write never leaves a
+ * half-written file; an existing file's mode is kept. A failed write removes
+ * the directories it created (only those: rmdir stops at a non-empty one).
+ * The first line printed is the status, `ok UB UF DB DF` on success.
+ */
+export const WRITE_FROM_STDIN = (temp: string, mode: "create" | "replace" | "swap") => `d=\${P%/*}; d=\${d:-/}; t="$d/${temp}"
+c=; a=$d; made=; locked=; done=
+while [ "\${#a}" -gt "\${#W}" ] && [ ! -e "$a" ] && [ ! -L "$a" ]; do c=$a; a=\${a%/*}; done
+undo() {
+  [ -n "$made" ] && [ -n "$c" ] || return 0
+  x=$d
+  while [ "\${#x}" -gt "\${#W}" ]; do
+    rmdir -- "$x" || [ ! -e "$x" ] || return 0
+    [ "$x" = "$c" ] && return 0
+    x=\${x%/*}
+  done
+}
+cleanup() { rm -f -- "$t"; [ -z "$locked" ] || rmdir -- "$L"; [ -n "$done" ] || undo; }
+trap cleanup EXIT
+${mode === "swap" ? CHECK_REGULAR_FILE : CHECK_PLACE_FOR_FILE}
+${mode === "create" ? `if [ -e "$P" ] || [ -L "$P" ]; then echo exists; exit 0; fi
+room "$N" 1 || exit 0` : ""}
+mkdir -p -- "$d" || { made=1; echo denied; exit 0; }
+made=1
+if ! cat > "$t"; then if [ -w "$d" ]; then echo failed; else echo denied; fi; exit 0; fi
+${mode === "create" ? `if ln -- "$t" "$P"; then
+  if [ -e "$P/${temp}" ]; then rm -f -- "$P/${temp}"; echo isdir; exit 0; fi
+  done=1; echo "ok $UB $UF $N 1"; exit 0
 fi
-rm -f -- "$t"
-if [ -w "$d" ]; then echo failed; else echo denied; fi`;
+if [ -e "$P" ] || [ -L "$P" ]; then echo exists; else echo denied; fi` : `lock || { echo busy; exit 0; }
+${mode === "swap" ? `${CHECK_REGULAR_FILE}
+h=$(md5sum < "$P")
+[ "\${h%% *}" = "$H" ] || { echo conflict; exit 0; }` : `[ -d "$P" ] && { echo isdir; exit 0; }`}
+o=0; e=0
+if [ -f "$P" ]; then o=$(stat -L -c %s -- "$P"); e=1; chmod "$(stat -L -c %a -- "$P")" "$t"; fi
+room $((N - o)) $((1 - e)) || exit 0
+if mv -f -- "$t" "$P"; then done=1; echo "ok $UB $UF $((N - o)) $((1 - e))"; exit 0; fi
+if [ -w "$d" ]; then echo failed; else echo denied; fi`}`;
 
 /** `place PATH`: prints whether PATH may become a file: ok, isdir, or notdir (an ancestor up to "$W" is a file). */
 export const PLACE_FN = `place() {
@@ -154,12 +253,19 @@ printf 'B'; printf '%s\\n' "$@"; printf '\\000'
 wc -c -- "$@"; printf '\\000'
 cat -- "$@" | base64; printf '\\000'`;
 
-/** grep's per-file report: W<path>\0<base64 of the file>\0, or L<path>\0<base64 of grep -n lines>\0 for big files without NUL. */
+/**
+ * grep's per-file report: W<path>\0<base64 of the file>\0, or, for big files
+ * without NUL, L<path>\0<u>\0<base64 of grep -n lines>\0, where u is the
+ * number of the file's last line when no newline ends it (else 0): grep
+ * prints a newline after every line, so only u tells whether a `\r` ending
+ * that line is a line ending (stripped) or content (kept, as core keeps it).
+ */
 export const GREP_EMIT = `emit() {
   s=$(($(wc -c < "$1")))
   if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then printf 'W%s\\000' "$1"; base64 < "$1"; printf '\\000'; return 0; fi
   [ "$(($(tr -d '\\000' < "$1" | wc -c)))" -eq "$s" ] || return 0
-  printf 'L%s\\000' "$1"; grep -n -F -e "$STRATA_PATTERN" -- "$1" | base64; printf '\\000'
+  u=0; [ "$(tail -c 1 < "$1" | wc -l)" -eq 0 ] && u=$(($(wc -l < "$1") + 1))
+  printf 'L%s\\000%s\\000' "$1" "$u"; grep -n -F -e "$STRATA_PATTERN" -- "$1" | base64; printf '\\000'
 }`;
 
 export interface StatEntry {
@@ -207,18 +313,23 @@ export function fileInfo(path: string, entry: StatEntry): FileInfo {
   return info;
 }
 
-/** `grep -n` output of a big file as matches; a line that is not UTF-8 makes the file binary (skipped). */
-export function parseGrepLines(path: string, output: Uint8Array): GrepMatch[] {
+/**
+ * `grep -n` output of a big file as matches; a line that is not UTF-8 makes
+ * the file binary (skipped). `unterminated` is the number of a last line no
+ * newline ends (0 for none): its trailing `\r` is content.
+ */
+export function parseGrepLines(path: string, output: Uint8Array, unterminated = 0): GrepMatch[] {
   const matches: GrepMatch[] = [];
   let start = 0;
   while (start < output.length) {
     let end = output.indexOf(10, start);
     if (end === -1) end = output.length;
     const colon = output.indexOf(58, start);
-    const stop = end > start && output[end - 1] === 13 ? end - 1 : end;
-    const text = colon === -1 || colon > end ? null : decodeText(output.subarray(colon + 1, stop));
+    const line = colon === -1 || colon > end ? NaN : Number(new TextDecoder().decode(output.subarray(start, colon)));
+    const stop = end > colon + 1 && output[end - 1] === 13 && line !== unterminated ? end - 1 : end;
+    const text = Number.isNaN(line) ? null : decodeText(output.subarray(colon + 1, stop));
     if (text === null) return [];
-    matches.push({ path, line: Number(new TextDecoder().decode(output.subarray(start, colon))), text });
+    matches.push({ path, line, text });
     start = end + 1;
   }
   return matches;

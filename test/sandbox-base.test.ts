@@ -42,14 +42,16 @@ class CountedBwrap extends BubblewrapSandbox implements Counting {
 }
 type Counted = CountedLocal | CountedBwrap;
 
-const targets: { name: string; create: () => Counted; hostDir: (s: Counted) => string; shellTransfers: boolean }[] = [
-  { name: "LocalSandbox (GNU)", create: () => new CountedLocal(), hostDir: (s) => s.workspace, shellTransfers: false },
-  { name: "bubblewrap (GNU)", create: () => new CountedBwrap(), hostDir: (s) => (s as CountedBwrap).hostWorkspace, shellTransfers: false },
+// LocalSandbox's file operations are FilesystemBackend's (confined on the host), not derived from its shell: only its commands are tested here.
+const targets: { name: string; create: () => Counted; hostDir: (s: Counted) => string; shellTransfers: boolean; derived: boolean }[] = [
+  { name: "LocalSandbox (GNU)", create: () => new CountedLocal(), hostDir: (s) => s.workspace, shellTransfers: false, derived: false },
+  { name: "bubblewrap (GNU)", create: () => new CountedBwrap(), hostDir: (s) => (s as CountedBwrap).hostWorkspace, shellTransfers: false, derived: true },
   {
     name: "bubblewrap (BusyBox)",
     create: () => new CountedBwrap({ toolset: "busybox" }),
     hostDir: (s) => (s as CountedBwrap).hostWorkspace,
     shellTransfers: false,
+    derived: true,
   },
 ];
 
@@ -57,6 +59,8 @@ const bytes = (text: string) => new TextEncoder().encode(text);
 
 for (const target of targets) {
   describe(`BaseSandbox over ${target.name}`, () => {
+    /** A test of the file operations BaseSandbox derives from the shell. */
+    const derivedIt = target.derived ? it : it.skip;
     const open: Counted[] = [];
     const create = () => {
       const sandbox = target.create();
@@ -67,7 +71,7 @@ for (const target of targets) {
       await Promise.all(open.splice(0).map((sandbox) => sandbox.close()));
     });
 
-    it("makes one round trip per operation, two for edit", async () => {
+    derivedIt("makes one round trip per operation, two for edit", async () => {
       const sandbox = create();
       const trips = async (op: () => Promise<unknown>) => {
         const before = sandbox.trips;
@@ -87,7 +91,7 @@ for (const target of targets) {
       expect(await trips(() => sandbox.delete("/a"))).toBe(1);
     });
 
-    it("reads a window of a file over 1 MiB exactly as formatRead would, CRLF and long lines included", async () => {
+    derivedIt("reads a window of a file over 1 MiB exactly as formatRead would, CRLF and long lines included", async () => {
       const sandbox = create();
       const lines = Array.from({ length: 60_000 }, (_, i) => (i % 1000 === 7 ? "é".repeat(2500) : `line ${i} ünï`));
       const text = `${lines.join("\r\n")}\r\nlast line without newline`;
@@ -103,7 +107,7 @@ for (const target of targets) {
       expect(await sandbox.read("/big.txt", 60_001)).toBe("Error: Line offset 60001 exceeds the length of '/big.txt' (60001 lines)");
     });
 
-    it("treats a big file as binary for NUL anywhere and for invalid UTF-8 in the window", async () => {
+    derivedIt("treats a big file as binary for NUL anywhere and for invalid UTF-8 in the window", async () => {
       const sandbox = create();
       const body = "text line\n".repeat(200_000);
       writeFileSync(nodePath.join(target.hostDir(sandbox), "nul-at-end.log"), `${body}\0`);
@@ -114,13 +118,13 @@ for (const target of targets) {
       expect((await sandbox.grep("text line", "/nul-at-end.log")).matches).toEqual([]);
     });
 
-    it("refuses a read window over 16 MiB with too_large instead of loading it", async () => {
+    derivedIt("refuses a read window over 16 MiB with too_large instead of loading it", async () => {
       const sandbox = create();
       writeFileSync(nodePath.join(target.hostDir(sandbox), "one-line.min.js"), "a".repeat(17 * 1024 * 1024));
       expect(await sandbox.read("/one-line.min.js")).toMatch(/^Error: '\/one-line.min.js' is \d+ bytes, over the 16777216-byte limit/);
     });
 
-    it("greps big files through grep -n, with the same results as StateBackend", async () => {
+    derivedIt("greps big files through grep -n, with the same results as StateBackend", async () => {
       const sandbox = create();
       const reference = new StateBackend();
       const big = Array.from({ length: 100_000 }, (_, i) => (i % 9973 === 0 ? `needle at ${i}\r` : `hay ${i}`)).join("\n");
@@ -133,7 +137,7 @@ for (const target of targets) {
       expect(await sandbox.grep("needle", "/", "*.log", { maxCount: 3 })).toEqual(await reference.grep("needle", "/", "*.log", { maxCount: 3 }));
     });
 
-    it("finds and lists names with newlines, colons and leading dashes", async () => {
+    derivedIt("finds and lists names with newlines, colons and leading dashes", async () => {
       const sandbox = create();
       for (const path of ["/odd/new\nline.txt", "/odd/a:1:b.txt", "/odd/-n", "/odd/dir\nname/inner.txt"]) {
         expect((await sandbox.write(path, `needle in ${path}\n`)).error).toBeUndefined();
@@ -144,7 +148,7 @@ for (const target of targets) {
       expect((await sandbox.lsInfo("/odd")).map((f) => f.path)).toEqual(["/odd/-n", "/odd/a:1:b.txt", "/odd/dir\nname/", "/odd/new\nline.txt"]);
     });
 
-    it("leaves out names no virtual path can address (a command made `a\\b`) instead of failing", async () => {
+    derivedIt("leaves out names no virtual path can address (a command made `a\\b`) instead of failing", async () => {
       const sandbox = create();
       await sandbox.execute("mkdir odd && printf 'needle\\n' > 'odd/back\\slash' && printf 'needle\\n' > odd/plain");
       expect((await sandbox.lsInfo("/odd")).map((f) => f.path)).toEqual(["/odd/plain"]);
@@ -152,7 +156,21 @@ for (const target of targets) {
       expect((await sandbox.grep("needle")).matches.map((m) => m.path)).toEqual(["/odd/plain"]);
     });
 
-    it("fails an edit with conflict, keeping the other writer's content, when the file changes between read and write", async () => {
+    derivedIt("re-applies an edit whose compare-and-swap lost to another writer, keeping that writer's content", async () => {
+      const sandbox = create();
+      await sandbox.write("/race.txt", "alpha beta\n");
+      const start = sandbox.trips;
+      sandbox.beforeTrip = (trip) => {
+        if (trip === start + 2) writeFileSync(nodePath.join(target.hostDir(sandbox), "race.txt"), "alpha from someone else\n");
+      };
+      const result = await sandbox.edit("/race.txt", "alpha", "gamma");
+      sandbox.beforeTrip = undefined;
+      expect(result).toMatchObject({ occurrences: 1 });
+      expect(sandbox.trips - start).toBe(4); // fetch, lost swap, fetch again, swap
+      expect(await sandbox.read("/race.txt")).toBe("     1\tgamma from someone else");
+    });
+
+    derivedIt("answers no_match when the other writer removed what the edit replaces", async () => {
       const sandbox = create();
       await sandbox.write("/race.txt", "alpha beta\n");
       const start = sandbox.trips;
@@ -161,11 +179,11 @@ for (const target of targets) {
       };
       const result = await sandbox.edit("/race.txt", "alpha", "gamma");
       sandbox.beforeTrip = undefined;
-      expect(result.code).toBe("conflict");
+      expect(result.code).toBe("no_match");
       expect(await sandbox.read("/race.txt")).toBe("     1\tsomeone else");
     });
 
-    it("keeps a file's mode across edit and overwrite", async () => {
+    derivedIt("keeps a file's mode across edit and overwrite", async () => {
       const sandbox = create();
       await sandbox.write("/run.sh", "#!/bin/sh\necho one\n");
       await sandbox.execute("chmod 755 run.sh");
@@ -174,21 +192,23 @@ for (const target of targets) {
       expect((await sandbox.execute("./run.sh")).output).toBe("three\n");
     });
 
-    it("after close, every operation fails with sandbox_closed; close is idempotent", async () => {
+    it("after close, answers every operation in its contract's failure shape; close is idempotent", async () => {
       const sandbox = create();
       await sandbox.close();
       await sandbox.close();
       const closed = { name: "StrataError", code: "sandbox_closed" };
       await expect(sandbox.execute("true")).rejects.toMatchObject(closed);
       await expect(sandbox.lsInfo("/")).rejects.toMatchObject(closed);
-      await expect(sandbox.read("/x")).rejects.toMatchObject(closed);
-      await expect(sandbox.write("/x", "y")).rejects.toMatchObject(closed);
-      await expect(sandbox.edit("/x", "a", "b")).rejects.toMatchObject(closed);
-      await expect(sandbox.delete("/x")).rejects.toMatchObject(closed);
+      await expect(sandbox.readRaw("/x")).rejects.toMatchObject(closed);
       await expect(sandbox.grep("x")).rejects.toMatchObject(closed);
       await expect(sandbox.globInfo("*")).rejects.toMatchObject(closed);
-      await expect(sandbox.uploadFiles([["/x", bytes("y")]])).rejects.toMatchObject(closed);
-      await expect(sandbox.downloadFiles(["/x"])).rejects.toMatchObject(closed);
+      expect(await sandbox.read("/x")).toMatch(/^Error: Sandbox '.*' is closed$/);
+      expect(await sandbox.write("/x", "y")).toMatchObject({ code: "sandbox_closed" });
+      expect(await sandbox.edit("/x", "a", "b")).toMatchObject({ code: "sandbox_closed" });
+      expect(await sandbox.delete("/x")).toMatchObject({ code: "sandbox_closed" });
+      expect(await sandbox.uploadFiles([["/x", bytes("y")]])).toEqual([{ path: "/x", error: "permission_denied" }]);
+      expect(await sandbox.downloadFiles(["/x"])).toEqual([{ path: "/x", content: null, error: "permission_denied" }]);
+      await expect(sandbox.uploadFiles("/x" as never)).rejects.toMatchObject({ code: "invalid_argument" });
     });
 
     it("runs in the workspace or a virtual cwd, and refuses a missing cwd with file_not_found", async () => {
