@@ -7,29 +7,60 @@
  * /etc/shadow, no host /tmp. When a command ends (or its timeout fires),
  * its PID namespace ends with it, so nothing it started survives.
  *
+ * The host side (see bubblewrap-host.ts) never sees the caller's `env`: the
+ * launcher runs with a fixed two-variable environment and the caller's
+ * variables are handed to bwrap as --setenv after --clearenv. When this
+ * process is root, the launcher drops to an unprivileged host user
+ * (`sandboxUser`, default nobody) before bwrap starts, so nothing a command
+ * creates is owned by root on the host; the workspace is handed to that user.
+ *
  * Limits, per sandbox: processes and memory through a cgroup (v1 pids and
  * memory controllers, created under this process's own cgroups) when this
  * process may create one; otherwise through rlimits (RLIMIT_NPROC and
- * RLIMIT_AS, set with prlimit). `limits` says which is in force. RLIMIT_NPROC
- * does not bind a process running as host root, so as root without a
- * writable cgroup a fork bomb is contained only by the timeout. CPU time is
- * an rlimit (per process). Output is capped like every sandbox's.
+ * RLIMIT_AS, set with prlimit). `limits` says which is in force. CPU time is
+ * an rlimit (per process). The workspace quota bounds every file a command
+ * writes (RLIMIT_FSIZE), /tmp as a whole (a sized tmpfs) and uploads.
+ * Output is capped like every sandbox's.
  */
-import { execFile, execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
-import { constants as fsConstants, cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readlinkSync, realpathSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
-import fs from "node:fs/promises";
+import { existsSync, lstatSync, mkdtempSync, realpathSync, rmSync, statSync, chownSync } from "node:fs";
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
+import { randomBytes } from "node:crypto";
 import { StrataError, errors } from "../core/errors.js";
+import { type Quota, validateQuota } from "../core/limits.js";
 import { normalizePath } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileUploadResponse } from "../core/types.js";
 import { FilesystemBackend } from "../backends/filesystem.js";
 import { BaseSandbox, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
 import { checkTimeout, runProcess } from "./process.js";
+import { checkCommand } from "./remote-command.js";
+import { createCgroups, oomKills, removeCgroup } from "./cgroups.js";
+import {
+  BUSYBOX_INSIDE,
+  busyboxApplets,
+  DEFAULT_SANDBOX_USER,
+  dropTo,
+  findExecutable,
+  givePath,
+  giveTree,
+  LAUNCHER_ENV,
+  probe,
+  type SandboxUser,
+  sandboxEtc,
+  systemArgs,
+  validateSandboxUser,
+  writePrivateFile,
+} from "./bubblewrap-host.js";
+
+export type { SandboxUser } from "./bubblewrap-host.js";
 
 export interface BubblewrapSandboxOptions {
-  /** Host directory mounted at /workspace. Default: a fresh temporary directory, removed by `close()`. */
+  /**
+   * Host directory mounted at /workspace. Default: a fresh temporary
+   * directory, removed by `close()`. When this process is root, the
+   * directory and everything in it (directories and singly-linked files;
+   * never symlinks) is handed to `sandboxUser` before the first command.
+   */
   workspace?: string;
   /** Share the host's network (default false: a private network namespace with only its own loopback). */
   network?: boolean;
@@ -47,7 +78,7 @@ export interface BubblewrapSandboxOptions {
    * Put the sandbox in cgroups for its memory and process limits (default
    * true, when this process may create them). false: rlimits only, which
    * saves the cgroup join on every command (a few ms) but limits memory per
-   * process, not per sandbox, and, as root, does not limit processes.
+   * process, not per sandbox.
    */
   cgroups?: boolean;
   /** Extra environment for every command (default: PATH, HOME=/workspace, LANG=C.UTF-8, TMPDIR=/tmp). */
@@ -58,12 +89,29 @@ export interface BubblewrapSandboxOptions {
    * derived file operations can be proven on a BusyBox userland.
    */
   toolset?: "host" | "busybox";
+  /**
+   * The host uid and gid commands run as when this process is root (default
+   * 65534/65534, nobody/nogroup; a dedicated id is better when other
+   * services run as nobody). Files commands create are owned by it on the
+   * host, so a setuid bit a command sets is never setuid root. Ignored when
+   * this process is not root: commands then run as this process's own user.
+   */
+  sandboxUser?: SandboxUser;
+  /**
+   * Limits on the workspace (default { maxBytes: 2 GiB }). `maxBytes` bounds
+   * every single file a command writes (RLIMIT_FSIZE: the write fails, the
+   * writer gets SIGXFSZ), the private /tmp as a whole, and uploads (total
+   * bytes, `quota_exceeded`); `maxFiles` bounds uploads. Commands are not
+   * held to a total across many files; see docs/sandboxes.md.
+   */
+  quota?: Quota;
 }
 
 /**
  * How each limit is enforced. `processes: "none"`: no pids cgroup could be
- * made and this process runs as root, whose processes RLIMIT_NPROC does not
- * bind; only the timeout then stops a fork bomb. `cpu: "none"`: not set.
+ * made and commands run as root, whose processes RLIMIT_NPROC does not bind
+ * (not the case since root drops to `sandboxUser`; kept for the type).
+ * `cpu: "none"`: not set.
  */
 export interface BubblewrapLimits {
   memory: "cgroup" | "rlimit";
@@ -71,29 +119,25 @@ export interface BubblewrapLimits {
   cpu: "rlimit" | "none";
 }
 
+/** The workspace quota when none is given. */
+export const DEFAULT_WORKSPACE_BYTES = 2 * 1024 * 1024 * 1024;
+
 /** Where the workspace appears inside the sandbox. */
 const SANDBOX_WORKSPACE = "/workspace";
-/** Where the BusyBox binary is mounted in "busybox" mode; its applet links point here. */
-const BUSYBOX_INSIDE = "/.busybox/busybox";
-/** /etc entries the userland needs. Never /etc/shadow, never /etc/ssl/private. */
-const ETC_ENTRIES = [
-  "ld.so.cache",
-  "ld.so.conf",
-  "ld.so.conf.d",
-  "alternatives",
-  "localtime",
-  "nsswitch.conf",
-  "hosts",
-  "protocols",
-  "services",
-  "host.conf",
-  "gai.conf",
-  "mime.types",
-  "ssl/certs",
-  "ssl/openssl.cnf",
-  "ca-certificates",
-];
-const ROOT_ENTRIES = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/**
+ * The launcher: opens bwrap's argument file (so the host paths in it never
+ * appear in bwrap's command line, which the sandbox can read as its
+ * /proc/1/cmdline), joins the cgroups named before `--`, then becomes the
+ * rest (setpriv, prlimit, bwrap). It runs as this process's user with
+ * LAUNCHER_ENV only.
+ */
+const LAUNCHER_SCRIPT = `[ -r "$1" ] || { echo "strata: this sandbox's launcher files are gone" >&2; exit 125; }
+exec 3< "$1"
+shift
+while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 125; shift; done
+shift
+exec "$@"`;
 
 let counter = 0;
 
@@ -104,9 +148,13 @@ export class BubblewrapSandbox extends BaseSandbox {
   readonly workspace = SANDBOX_WORKSPACE;
   /** The workspace directory on the host (symlinks resolved). */
   readonly hostWorkspace: string;
+  /** The host user commands run as and workspace files belong to; undefined when this process is not root. */
+  readonly sandboxUser: SandboxUser | undefined;
   private readonly ownsWorkspace: boolean;
   private readonly memoryBytes: number;
   private readonly maxProcesses: number;
+  private readonly quotaBytes: number | undefined;
+  private readonly baseEnv: Record<string, string>;
   private setup: Promise<Setup> | undefined;
   private readonly hostFiles: FilesystemBackend;
 
@@ -119,26 +167,33 @@ export class BubblewrapSandbox extends BaseSandbox {
         throw errors.invalidArgument(`${key} must be a positive integer, got ${String(value)}`);
       }
     }
+    checkCommand("", options.env);
+    this.baseEnv = { ...options.env };
+    const quota = validateQuota(options.quota ?? { maxBytes: DEFAULT_WORKSPACE_BYTES });
+    this.quotaBytes = quota?.maxBytes;
     this.memoryBytes = (options.memoryMb ?? 1024) * 1024 * 1024;
     this.maxProcesses = options.maxProcesses ?? 256;
+    this.sandboxUser = hostUser(options.sandboxUser === undefined ? undefined : validateSandboxUser(options.sandboxUser));
     this.ownsWorkspace = options.workspace === undefined;
+    // A random name under the temporary directory: the one host path a command can learn (mountinfo) says nothing else.
     const dir = options.workspace ?? mkdtempSync(nodePath.join(tmpdir(), "strata-bwrap-"));
     if (!statSync(dir, { throwIfNoEntry: false })?.isDirectory()) {
       throw errors.invalidArgument("BubblewrapSandbox workspace must be an existing directory");
     }
     this.hostWorkspace = realpathSync(dir);
-    this.hostFiles = new FilesystemBackend({ rootDir: this.hostWorkspace });
+    if (this.ownsWorkspace && this.sandboxUser) chownSync(this.hostWorkspace, this.sandboxUser.uid, this.sandboxUser.gid);
+    this.hostFiles = new FilesystemBackend({ rootDir: this.hostWorkspace, quota });
     this.id = `bwrap-${process.pid}-${++counter}`;
   }
 
   /** True when bwrap is installed and can create the namespaces (checked once per process, by one tiny run). */
   static async isAvailable(): Promise<boolean> {
-    return (await probe()).ok;
+    return (await probe(hostUser(undefined))).ok;
   }
 
   /** Why bwrap cannot be used here, or undefined when it can. */
   static async unavailableReason(): Promise<string | undefined> {
-    const result = await probe();
+    const result = await probe(hostUser(undefined));
     return result.ok ? undefined : result.reason;
   }
 
@@ -150,19 +205,22 @@ export class BubblewrapSandbox extends BaseSandbox {
 
   async execute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     this.assertOpen();
-    if (typeof command !== "string") throw errors.invalidArgument("command must be a string");
+    checkCommand(command, options.env);
     checkTimeout(options.timeout);
     const cwd = normalizePath(options.cwd ?? "/");
     this.checkCwd(cwd);
     const setup = await this.ready();
     this.assertOpen();
     const maxOutputBytes = options.maxOutputBytes ?? this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-    const args = [...setup.bwrapArgs, "--chdir", this.sandboxPath(cwd), "/bin/sh", "-c", command];
+    const env = { ...setup.env, ...options.env };
+    const bwrapArgs = ["--args", "3", "--clearenv"];
+    for (const [name, value] of Object.entries(env)) bwrapArgs.push("--setenv", name, value);
+    bwrapArgs.push("--chdir", this.sandboxPath(cwd), "/bin/sh", "-c", command);
     const response = await runProcess({
-      file: setup.launcher[0]!,
-      args: [...setup.launcher.slice(1), ...args],
-      cwd: this.hostWorkspace,
-      env: { ...setup.env, ...options.env },
+      file: "/bin/sh",
+      args: ["-c", LAUNCHER_SCRIPT, "strata-launcher", setup.argsFile, ...setup.cgroups, "--", ...setup.launcher, ...bwrapArgs],
+      cwd: "/",
+      env: { ...LAUNCHER_ENV },
       stdin: options.stdin,
       timeout: options.timeout ?? this.options.timeout ?? 300,
       maxOutputBytes,
@@ -174,6 +232,9 @@ export class BubblewrapSandbox extends BaseSandbox {
       setup.oomKillsSeen = await oomKills(setup.memoryCgroup);
       response.output += `\n[Command killed: the sandbox's memory limit of ${this.memoryBytes / 1024 / 1024} MiB was reached]`;
     }
+    if (response.exitCode === 153 && this.quotaBytes !== undefined) {
+      response.output += `\n[Command killed: it wrote a file past the workspace quota of ${this.quotaBytes} bytes]`;
+    }
     return response;
   }
 
@@ -182,10 +243,26 @@ export class BubblewrapSandbox extends BaseSandbox {
    * FilesystemBackend's descriptor walk, which never follows a symlink, so a
    * link a command planted cannot lead an upload out of the workspace. Ten
    * times faster than moving the bytes through a shell inside the sandbox.
+   * As root, what an upload creates is then handed to the sandbox user, so
+   * commands can change it.
    */
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
     this.assertOpen();
-    return this.hostFiles.uploadFiles(files);
+    const responses = await this.hostFiles.uploadFiles(files);
+    const user = this.sandboxUser;
+    if (user) {
+      await Promise.all(
+        responses.map(async (response) => {
+          if (response.error !== null) return;
+          try {
+            await givePath(this.hostWorkspace, normalizePath(response.path), user);
+          } catch {
+            // Replaced by a command meanwhile: what is there now is the command's own.
+          }
+        }),
+      );
+    }
+    return responses;
   }
 
   async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
@@ -193,12 +270,13 @@ export class BubblewrapSandbox extends BaseSandbox {
     return this.hostFiles.downloadFiles(paths);
   }
 
-  /** Closes the sandbox: removes its cgroups, and the workspace if the sandbox created it. */
+  /** Closes the sandbox: removes its cgroups and argument file, and the workspace if the sandbox created it. */
   override async close(): Promise<void> {
     if (this.closed) return;
     await super.close();
     const setup = await this.setup?.catch(() => undefined);
     for (const dir of setup?.cgroups ?? []) await removeCgroup(dir);
+    if (setup) rmSync(setup.argsFile, { force: true });
     if (this.ownsWorkspace) rmSync(this.hostWorkspace, { recursive: true, force: true });
   }
 
@@ -223,8 +301,10 @@ export class BubblewrapSandbox extends BaseSandbox {
   }
 
   private async prepare(): Promise<Setup> {
-    const available = await probe();
+    const user = this.sandboxUser;
+    const available = await probe(user);
     if (!available.ok) throw new StrataError("unavailable", available.reason);
+    if (user) await giveTree(this.hostWorkspace, user);
     const busybox = this.options.toolset === "busybox" ? busyboxApplets() : undefined;
     const args = [
       "--unshare-user",
@@ -237,39 +317,38 @@ export class BubblewrapSandbox extends BaseSandbox {
       "--new-session",
       "--hostname",
       "strata",
-      "--ro-bind",
-      "/usr",
-      "/usr",
+      ...systemArgs(),
     ];
-    for (const name of ROOT_ENTRIES) {
-      const host = `/${name}`;
-      const stat = lstatSync(host, { throwIfNoEntry: false });
-      if (stat?.isSymbolicLink()) args.push("--symlink", readlinkSync(host), host);
-      else if (stat?.isDirectory()) args.push("--ro-bind", host, host);
-    }
     if (busybox) {
       args.push("--ro-bind", busybox.binary, BUSYBOX_INSIDE);
       for (const dir of ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]) {
         if (!lstatSync(dir, { throwIfNoEntry: false })?.isSymbolicLink()) args.push("--ro-bind", busybox.applets, dir);
       }
     }
-    args.push("--ro-bind", sandboxEtc(), "/etc");
+    const uid = user?.uid ?? process.getuid?.() ?? 0;
+    const gid = user?.gid ?? process.getgid?.() ?? 0;
+    args.push("--ro-bind", sandboxEtc(uid, gid), "/etc");
     // Often a symlink into /run; bwrap binds what it points to.
     if (this.options.network && existsSync("/etc/resolv.conf")) args.push("--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf");
-    args.push("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", this.hostWorkspace, SANDBOX_WORKSPACE);
+    args.push("--proc", "/proc", "--dev", "/dev");
+    // A size of 0 would mean "no limit" to tmpfs.
+    if (this.quotaBytes !== undefined) args.push("--size", String(Math.max(this.quotaBytes, 1)));
+    args.push("--tmpfs", "/tmp", "--bind", this.hostWorkspace, SANDBOX_WORKSPACE);
     // The root is bwrap's scratch tmpfs; read-only, so /workspace and /tmp are the only writable places.
     args.push("--remount-ro", "/");
 
     const cgroups = this.options.cgroups === false ? {} : await createCgroups(`strata-${this.id}`, this.memoryBytes, this.maxProcesses);
+    const runsAsRoot = uid === 0;
     const limits: BubblewrapLimits = {
       memory: cgroups.memory ? "cgroup" : "rlimit",
-      processes: cgroups.pids ? "cgroup" : process.getuid?.() === 0 ? "none" : "rlimit",
+      processes: cgroups.pids ? "cgroup" : runsAsRoot ? "none" : "rlimit",
       cpu: this.options.cpuSeconds ? "rlimit" : "none",
     };
     const rlimits = [
       ...(cgroups.memory ? [] : [`--as=${this.memoryBytes}`]),
       ...(cgroups.pids ? [] : [`--nproc=${this.maxProcesses}`]),
       ...(this.options.cpuSeconds ? [`--cpu=${this.options.cpuSeconds}`] : []),
+      ...(this.quotaBytes !== undefined ? [`--fsize=${this.quotaBytes}`] : []),
     ];
     const bwrap = findExecutable("bwrap")!;
     let launcher = [bwrap];
@@ -278,258 +357,42 @@ export class BubblewrapSandbox extends BaseSandbox {
       if (!prlimit) throw new StrataError("unavailable", "prlimit (Debian package util-linux) is needed to set the sandbox's limits");
       launcher = [prlimit, ...rlimits, "--", bwrap];
     }
-    const dirs = [cgroups.pids, cgroups.memory].filter((dir): dir is string => dir !== undefined);
-    if (dirs.length > 0) {
-      // The launcher joins the cgroups before it becomes bwrap, so no process of the sandbox starts outside them.
-      const join = dirs.map((dir) => `echo $$ > '${dir}/cgroup.procs'`).join(" && ");
-      launcher = ["/bin/sh", "-c", `${join} && exec "$@"`, "strata-launcher", ...launcher];
-    }
+    // setpriv before prlimit: RLIMIT_NPROC is then checked against the sandbox user's processes, not root's.
+    launcher = [...dropTo(user), ...launcher];
+    const argsFile = writePrivateFile(`args-${this.id}-${randomBytes(6).toString("hex")}`, args.map((arg) => `${arg}\0`).join(""));
     const env: Record<string, string> = {
       PATH: busybox ? "/usr/bin:/bin" : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
       HOME: SANDBOX_WORKSPACE,
       LANG: "C.UTF-8",
       TMPDIR: "/tmp",
-      ...this.options.env,
+      ...this.baseEnv,
     };
     return {
-      bwrapArgs: args,
+      argsFile,
       launcher,
       env,
       limits,
-      cgroups: dirs,
+      cgroups: [cgroups.pids, cgroups.memory].filter((dir): dir is string => dir !== undefined),
       memoryCgroup: cgroups.memory,
       oomKillsSeen: cgroups.memory ? await oomKills(cgroups.memory) : 0,
     };
   }
 }
 
+/** The host user commands run as: `requested` (or the default) when this process is root, else none. */
+function hostUser(requested: SandboxUser | undefined): SandboxUser | undefined {
+  return process.getuid?.() === 0 ? (requested ?? DEFAULT_SANDBOX_USER) : undefined;
+}
+
 interface Setup {
-  bwrapArgs: string[];
-  /** argv that precedes bwrap's own arguments: bwrap itself, or a cgroup-joining shell and/or prlimit in front of it. */
+  /** bwrap's namespace and mount arguments, NUL-separated, read through fd 3 (--args). */
+  argsFile: string;
+  /** argv between the launcher script and bwrap's per-command arguments: setpriv, prlimit, bwrap. */
   launcher: string[];
   env: Record<string, string>;
   limits: BubblewrapLimits;
+  /** cgroup directories the launcher joins. */
   cgroups: string[];
   memoryCgroup: string | undefined;
   oomKillsSeen: number;
-}
-
-function findExecutable(name: string): string | undefined {
-  for (const dir of (process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin").split(":").concat(["/usr/bin", "/usr/sbin"])) {
-    if (dir === "") continue;
-    const candidate = nodePath.join(dir, name);
-    try {
-      if (statSync(candidate).isFile()) return candidate;
-    } catch {
-      // Not here.
-    }
-  }
-  return undefined;
-}
-
-type Probe = { ok: true } | { ok: false; reason: string };
-let probed: Promise<Probe> | undefined;
-
-/** Runs `bwrap … true` once with the namespaces every sandbox uses, to tell "works" from "why not". */
-function probe(): Promise<Probe> {
-  probed ??= new Promise<Probe>((resolve) => {
-    const bwrap = findExecutable("bwrap");
-    if (!bwrap) {
-      resolve({ ok: false, reason: "bubblewrap is not installed: install the Debian package 'bubblewrap' (apt-get install bubblewrap)" });
-      return;
-    }
-    const args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent", "--new-session"];
-    args.push("--ro-bind", "/usr", "/usr");
-    for (const name of ROOT_ENTRIES) {
-      const stat = lstatSync(`/${name}`, { throwIfNoEntry: false });
-      if (stat?.isSymbolicLink()) args.push("--symlink", readlinkSync(`/${name}`), `/${name}`);
-      else if (stat?.isDirectory()) args.push("--ro-bind", `/${name}`, `/${name}`);
-    }
-    args.push("--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/sh", "-c", "exit 0");
-    execFile(bwrap, args, { timeout: 10_000 }, (error, _stdout, stderr) => {
-      if (!error) resolve({ ok: true });
-      else {
-        const detail = String(stderr).trim().split("\n")[0] || error.message;
-        resolve({
-          ok: false,
-          reason: `bubblewrap cannot create a sandbox here (${detail}). It needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0) and, inside a container, permission to mount /proc`,
-        });
-      }
-    });
-  });
-  return probed;
-}
-
-/** A per-user directory for generated files: the sandbox's /etc, BusyBox applet links. */
-function supportDir(): string {
-  const uid = process.getuid?.() ?? 0;
-  const dir = nodePath.join(tmpdir(), `strata-bwrap-support-${uid}`);
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
-  const stat = statSync(dir);
-  if (stat.uid !== uid || (stat.mode & 0o022) !== 0) throw new StrataError("unavailable", "The bubblewrap support directory is not private to this user");
-  return dir;
-}
-
-/**
- * The sandbox's /etc, mounted as one directory (one bind instead of fifteen
- * keeps start-up fast): copies of the entries the userland needs (symlinks
- * kept as links) and a passwd and group naming only the ids the sandbox runs
- * as, so no host account leaks in. Built once per version of its sources
- * (named by their lstat fingerprint) and shared by every process of this user.
- */
-function sandboxEtc(): string {
-  const uid = process.getuid?.() ?? 0;
-  const gid = process.getgid?.() ?? 0;
-  const fingerprint = createHash("sha256").update(`${uid}:${gid}`);
-  for (const entry of ETC_ENTRIES) {
-    const stat = lstatSync(`/etc/${entry}`, { throwIfNoEntry: false });
-    fingerprint.update(`|${entry}:${stat ? `${stat.ino}:${stat.size}:${stat.mtimeMs}` : "-"}`);
-  }
-  const dir = nodePath.join(supportDir(), `etc-${fingerprint.digest("hex").slice(0, 16)}`);
-  if (existsSync(dir)) return dir;
-  const building = `${dir}.${process.pid}.tmp`;
-  rmSync(building, { recursive: true, force: true });
-  mkdirSync(building);
-  for (const entry of ETC_ENTRIES) {
-    const source = `/etc/${entry}`;
-    if (!lstatSync(source, { throwIfNoEntry: false })) continue;
-    mkdirSync(nodePath.dirname(nodePath.join(building, entry)), { recursive: true });
-    // Unreadable entries are left out, not copied.
-    try {
-      cpSync(source, nodePath.join(building, entry), { recursive: true, verbatimSymlinks: true });
-    } catch {
-      rmSync(nodePath.join(building, entry), { recursive: true, force: true });
-    }
-  }
-  const passwd = uid === 0 ? "root:x:0:0:root:/workspace:/bin/sh\n" : `root:x:0:0:root:/root:/bin/sh\nsandbox:x:${uid}:${gid}:sandbox:/workspace:/bin/sh\n`;
-  const group = gid === 0 ? "root:x:0:\n" : `root:x:0:\nsandbox:x:${gid}:\n`;
-  writeFileSync(nodePath.join(building, "passwd"), `${passwd}nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n`);
-  writeFileSync(nodePath.join(building, "group"), `${group}nogroup:x:65534:\n`);
-  // Mount point for the host's resolv.conf in sandboxes with network; empty otherwise.
-  writeFileSync(nodePath.join(building, "resolv.conf"), "");
-  try {
-    renameSync(building, dir);
-  } catch {
-    rmSync(building, { recursive: true, force: true }); // Another process built it first.
-  }
-  return dir;
-}
-
-/** A directory of links named after each BusyBox applet, all pointing at BUSYBOX_INSIDE. Built once per BusyBox binary. */
-function busyboxApplets(): { binary: string; applets: string } {
-  const binary = findExecutable("busybox");
-  if (!binary) throw new StrataError("unavailable", "BusyBox is not installed: install the Debian package 'busybox-static'");
-  const stat = statSync(binary);
-  const applets = nodePath.join(supportDir(), `busybox-${stat.ino}-${stat.size}-${Math.floor(stat.mtimeMs)}`);
-  if (!existsSync(applets)) {
-    const building = `${applets}.${process.pid}.tmp`;
-    rmSync(building, { recursive: true, force: true });
-    mkdirSync(building);
-    for (const name of readApplets(binary)) symlinkSync(BUSYBOX_INSIDE, nodePath.join(building, name));
-    try {
-      renameSync(building, applets);
-    } catch {
-      rmSync(building, { recursive: true, force: true }); // Another process built it first.
-    }
-  }
-  return { binary, applets };
-}
-
-/** Every applet compiled into the binary (`busybox --list`); runs once per binary. */
-function readApplets(binary: string): string[] {
-  return execFileSync(binary, ["--list"], { encoding: "utf8" })
-    .split("\n")
-    .filter((name) => /^[A-Za-z0-9_.[-]+$/.test(name));
-}
-
-// ---- cgroups (v1: pids and memory controllers) ----
-
-/**
- * Creates the sandbox's cgroups under this process's own (so limits set
- * above still apply) and sets the limits. A controller that is missing or
- * not writable is left out; the caller falls back to rlimits for it.
- */
-async function createCgroups(name: string, memoryBytes: number, maxProcesses: number): Promise<{ pids?: string; memory?: string }> {
-  const result: { pids?: string; memory?: string } = {};
-  const pids = await controllerDir("pids");
-  if (pids) {
-    const dir = nodePath.join(pids, name);
-    if (await tryCreate(dir, [["pids.max", String(maxProcesses)]])) result.pids = dir;
-  }
-  const memory = await controllerDir("memory");
-  if (memory) {
-    const dir = nodePath.join(memory, name);
-    if (await tryCreate(dir, [["memory.limit_in_bytes", String(memoryBytes)]])) {
-      // Without swap limits a bomb would swap instead of being stopped; absent when swap accounting is off.
-      await fs.writeFile(nodePath.join(dir, "memory.memsw.limit_in_bytes"), String(memoryBytes)).catch(() => undefined);
-      result.memory = dir;
-    }
-  }
-  return result;
-}
-
-async function tryCreate(dir: string, settings: [string, string][]): Promise<boolean> {
-  try {
-    await fs.mkdir(dir);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "EEXIST") return false;
-  }
-  try {
-    for (const [file, value] of settings) await fs.writeFile(nodePath.join(dir, file), value);
-    await fs.access(nodePath.join(dir, "cgroup.procs"), fsConstants.W_OK);
-    return true;
-  } catch {
-    await removeCgroup(dir);
-    return false;
-  }
-}
-
-/** This process's cgroup directory for a v1 controller, from /proc/self/cgroup and /proc/self/mountinfo. */
-async function controllerDir(controller: string): Promise<string | undefined> {
-  try {
-    const membership = (await fs.readFile("/proc/self/cgroup", "utf8"))
-      .split("\n")
-      .map((line) => line.split(":"))
-      .find((fields) => fields.length >= 3 && fields[1]!.split(",").includes(controller));
-    if (!membership) return undefined;
-    const path = membership.slice(2).join(":");
-    for (const line of (await fs.readFile("/proc/self/mountinfo", "utf8")).split("\n")) {
-      const [left, right] = line.split(" - ");
-      if (!left || !right) continue;
-      const [fstype, , superOptions = ""] = right.split(" ");
-      if (fstype !== "cgroup" || !superOptions.split(",").includes(controller)) continue;
-      const fields = left.split(" ");
-      const root = fields[3]!;
-      const mountPoint = fields[4]!;
-      if (path !== root && !path.startsWith(root === "/" ? "/" : `${root}/`)) continue;
-      return nodePath.join(mountPoint, path.slice(root === "/" ? 0 : root.length));
-    }
-  } catch {
-    // No /proc or no cgroups: rlimits it is.
-  }
-  return undefined;
-}
-
-async function oomKills(memoryDir: string): Promise<number> {
-  try {
-    const match = /^oom_kill (\d+)$/m.exec(await fs.readFile(nodePath.join(memoryDir, "memory.oom_control"), "utf8"));
-    return match ? Number(match[1]) : 0;
-  } catch {
-    return 0;
-  }
-}
-
-/** Removes a cgroup; its processes are gone once the PID namespace ended, which can take a moment. */
-async function removeCgroup(dir: string): Promise<void> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    try {
-      await fs.rmdir(dir);
-      return;
-    } catch (error) {
-      const code = (error as NodeJS.ErrnoException).code;
-      if (code === "ENOENT") return;
-      if (code !== "EBUSY") return;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
-  }
 }
