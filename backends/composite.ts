@@ -1,5 +1,5 @@
-import { BaseBackend, failure } from "../core/base.js";
-import { errors, StrataError, toFileOperationError } from "../core/errors.js";
+import { BaseBackend, checkBatch, failure } from "../core/base.js";
+import { errors, printable, StrataError, toFileOperationError } from "../core/errors.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
@@ -124,8 +124,64 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return this.routed(filePath, (t) => t.backend.edit(t.inner, oldString, newString, replaceAll));
   }
 
-  delete(filePath: string): Promise<DeleteResult> {
-    return this.routed(filePath, (t) => t.backend.delete(t.inner));
+  /**
+   * Deleting a directory removes everything under it across routes: the
+   * owning backend's part, then the contents of every mount point inside it
+   * (a mount point itself stays, as configuration, and lists as an empty
+   * directory). A mount point named directly has its contents removed. If
+   * one part fails after another succeeded, the error says what was removed.
+   */
+  async delete(filePath: string): Promise<DeleteResult> {
+    let path: string;
+    try {
+      path = normalizePath(filePath);
+    } catch (error) {
+      return failure(error, filePath);
+    }
+    const mounts = this.routes.filter((route) => path !== "/" && isWithin(path, route.prefix));
+    if (mounts.length === 0) return this.routed(filePath, (t) => t.backend.delete(t.inner));
+    const t = this.target(path);
+    const filesUpdate: Record<string, null> = {};
+    const done: string[] = [];
+    const merge = (result: DeleteResult) => Object.assign(filesUpdate, result.filesUpdate ?? {});
+    // The owning backend's part; a mount point's own root is "/" there, which is cleared instead of deleted.
+    if (t.inner !== "/") {
+      const own = await this.routed(path, (target) => target.backend.delete(target.inner));
+      if (own.error !== undefined && own.code !== "file_not_found") return own;
+      if (own.error === undefined) {
+        merge(own);
+        done.push(path);
+      }
+    }
+    for (const route of mounts) {
+      const cleared = await this.clearRoute(route);
+      if (cleared.error !== undefined) {
+        const removed = done.length > 0 ? `; already removed: ${done.map((p) => `'${printable(p)}'`).join(", ")}` : "";
+        return { error: `${cleared.error} (deleting '${printable(path)}'${removed})`, code: cleared.code };
+      }
+      merge(cleared);
+      done.push(route.prefix);
+    }
+    return { path, filesUpdate: Object.keys(filesUpdate).length > 0 ? filesUpdate : null };
+  }
+
+  /** Deletes every entry at the root of a route's backend (what lies under its mount point). */
+  private async clearRoute(route: Route): Promise<DeleteResult> {
+    const t: Target = { backend: route.backend, prefix: route.prefix, inner: "/" };
+    let entries: FileInfo[];
+    try {
+      entries = await this.translate(t, () => route.backend.lsInfo("/"));
+    } catch (error) {
+      return failure(error, route.prefix);
+    }
+    const filesUpdate: Record<string, null> = {};
+    for (const entry of entries) {
+      const inner = entry.path.replace(/\/$/, "");
+      const result = await this.routed(outer(route.prefix, inner), (target) => target.backend.delete(target.inner));
+      if (result.error !== undefined && result.code !== "file_not_found") return result;
+      Object.assign(filesUpdate, result.filesUpdate ?? {});
+    }
+    return { path: route.prefix, filesUpdate };
   }
 
   async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
@@ -136,8 +192,10 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     const results = await Promise.all(
       this.fanOut(root).map(async (t) => {
         const passGlob = !!glob && globMeansTheSame(glob, t, root);
+        // A cap spent on matches under a longer route (dropped below) would hide real ones: such a search runs uncapped.
+        const shadowed = this.routes.some((route) => route.prefix !== t.prefix && isWithin(outer(t.prefix, t.inner), route.prefix));
         const inner = await this.translate(t, () =>
-          t.backend.grep(pattern, t.inner, passGlob ? glob : null, passGlob || !glob ? options : {}),
+          t.backend.grep(pattern, t.inner, passGlob ? glob : null, (passGlob || !glob) && !shadowed ? options : {}),
         );
         const matches = inner.matches
           .map((m): GrepMatch => ({ ...m, path: outer(t.prefix, m.path) }))
@@ -165,9 +223,11 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return sortByPath(results.flat());
   }
 
+  /** Responses echo each path exactly as the caller gave it (seed 000). */
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+    checkBatch(files, "uploadFiles");
     return this.batched(
-      files.map(([path]) => path),
+      files.map((item) => (Array.isArray(item) ? (item[0] as string) : (item as unknown as string))),
       (t, indices) => t.backend.uploadFiles(indices.map((i) => [this.target(normalizePath(files[i]![0])).inner, files[i]![1]] as const)),
       (t) => this.isMountDirectory(t),
       (path, error) => ({ path, error }),
@@ -175,6 +235,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
   }
 
   override async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+    checkBatch(paths, "downloadFiles");
     return this.batched(
       paths,
       (t, indices) => t.backend.downloadFiles(indices.map((i) => this.target(normalizePath(paths[i]!)).inner)),

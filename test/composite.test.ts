@@ -107,3 +107,82 @@ describe("CompositeBackend routing", () => {
     expect(() => new CompositeBackend({ default: new StateBackend(), routes: { "/": new StateBackend() } })).toThrow(/route cannot be '\/'/);
   });
 });
+
+describe("CompositeBackend across mount points", () => {
+  function mounted() {
+    const root = new StateBackend();
+    const memories = new StateBackend();
+    const composite = new CompositeBackend({ default: root, routes: { "/workspace/memories": memories } });
+    return { root, memories, composite };
+  }
+
+  it("grep with maxCount does not spend the cap on matches a route hides", async () => {
+    const { root, composite } = mounted();
+    // The default backend holds shadowed files under the mount point (written before the route existed).
+    for (let i = 0; i < 5; i++) await root.write(`/workspace/memories/shadow${i}.txt`, "needle");
+    await composite.write("/workspace/real.txt", "needle");
+    const result = await composite.grep("needle", "/", null, { maxCount: 3 });
+    expect(result.matches.map((m) => m.path)).toEqual(["/workspace/real.txt"]);
+    expect(result.truncated).toBe(false);
+    const capped = await composite.grep("needle", "/", null, { maxCount: 1 });
+    expect(capped).toEqual({ matches: [{ path: "/workspace/real.txt", line: 1, text: "needle" }], truncated: false });
+  });
+
+  it("deleting a directory holding a mount point removes everything under it, across routes", async () => {
+    const { root, memories, composite } = mounted();
+    await composite.write("/workspace/a.txt", "a");
+    await composite.write("/workspace/memories/m.txt", "m");
+    await composite.write("/workspace/memories/sub/n.txt", "n");
+    await composite.write("/other.txt", "o");
+    const result = await composite.delete("/workspace");
+    expect(result.error).toBeUndefined();
+    expect(Object.keys(result.filesUpdate ?? {}).sort()).toEqual(["/workspace/a.txt", "/workspace/memories/m.txt", "/workspace/memories/sub/n.txt"]);
+    expect(Object.keys(root.files)).toEqual(["/other.txt"]);
+    expect(Object.keys(memories.files)).toEqual([]);
+    expect((await composite.globInfo("**")).map((i) => i.path)).toEqual(["/other.txt"]);
+  });
+
+  it("deleting a directory that exists only as a mount point's parent succeeds and clears the route", async () => {
+    const { memories, composite } = mounted();
+    await composite.write("/workspace/memories/m.txt", "m");
+    expect((await composite.delete("/workspace")).error).toBeUndefined();
+    expect(Object.keys(memories.files)).toEqual([]);
+  });
+
+  it("deleting a mount point itself deletes that route's contents, not refused as '/'", async () => {
+    const { root, memories, composite } = mounted();
+    await composite.write("/workspace/keep.txt", "k");
+    await composite.write("/workspace/memories/m.txt", "m");
+    await composite.write("/workspace/memories/d/x.txt", "x");
+    const result = await composite.delete("/workspace/memories");
+    expect(result.error).toBeUndefined();
+    expect(Object.keys(memories.files)).toEqual([]);
+    expect(Object.keys(root.files)).toEqual(["/workspace/keep.txt"]);
+    expect(await composite.delete("/")).toMatchObject({ code: "permission_denied" });
+  });
+
+  it("a failure after part of a delete says what was already removed", async () => {
+    const root = new StateBackend();
+    const failing = new (class extends StateBackend {
+      override async delete(path: string) {
+        return { error: `Permission denied: '${path}'`, code: "permission_denied" as const };
+      }
+    })();
+    await failing.write("/f.txt", "f");
+    const composite = new CompositeBackend({ default: root, routes: { "/w/ro": failing } });
+    await composite.write("/w/a.txt", "a");
+    const result = await composite.delete("/w");
+    expect(result.code).toBe("permission_denied");
+    expect(result.error).toContain("'/w/ro/f.txt'");
+    expect(result.error).toContain("already removed: '/w'");
+  });
+
+  it("echoes upload and download paths exactly as requested", async () => {
+    const { composite } = mounted();
+    const [up] = await composite.uploadFiles([["workspace//memories/./u.txt", bytes("u")]]);
+    expect(up).toEqual({ path: "workspace//memories/./u.txt", error: null });
+    const [down] = await composite.downloadFiles(["workspace//memories/./u.txt"]);
+    expect(down!.path).toBe("workspace//memories/./u.txt");
+    expect(down!.error).toBeNull();
+  });
+});
