@@ -2,32 +2,48 @@
  * DockerSandbox: a long-lived container (no network by default, memory,
  * CPU and process limits) with the workspace in a directory inside it.
  * Commands run through the exec API under the shared wrapper
- * (remote-command.ts); files move through the archive API, many files in
- * one tar per call, built and read in memory.
+ * (remote-command.ts); files move through execs too, as raw bytes on the
+ * exec's stdin and stdout, many files per exec.
  *
- * The container is the isolation boundary. Inside it commands run as root
- * (Docker's default capabilities, no-new-privileges), but by default the
- * root filesystem is read-only: only the workspace (a volume of the
+ * The container is the isolation boundary. Commands, uploads and downloads
+ * run as an unprivileged user (default 65534:65534, `user` to change it),
+ * so nothing a command creates is setuid root on the host, and a file
+ * transfer can do nothing the command could not do itself. By default the
+ * root filesystem is read-only too: only the workspace (a volume of the
  * container's own) and /tmp (a tmpfs) are writable.
+ *
+ * Why not the archive API: the daemon unpacks an archive as root, outside
+ * the container's mounts, following links a command planted (a link to
+ * /usr/bin let an upload replace /usr/bin/ls in the read-only image, and a
+ * link to /tmp landed files in the image's /tmp, under the tmpfs the shell
+ * sees). It also resolves links against the image, not as the shell does.
  */
-import { type Duplex, Readable, Writable } from "node:stream";
+import { once } from "node:events";
+import { type Duplex, Writable } from "node:stream";
 import Docker from "dockerode";
-import { createTarDecoder, packTar, type ParsedTarEntry, type TarEntry } from "modern-tar";
 import { StrataError, errors, isStrataError, toFileOperationError } from "../core/errors.js";
-import { normalizePath, parentOf } from "../core/paths.js";
+import { timeoutSeconds } from "../core/limits.js";
+import { normalizePath } from "../core/paths.js";
+import { checkBatch } from "../core/base.js";
 import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileOperationError, FileUploadResponse } from "../core/types.js";
 import { BaseSandbox, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
-import { checkTimeout } from "./process.js";
-import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
+import { MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 
 export interface DockerSandboxOptions {
   /**
    * Workspace directory inside the container; virtual "/" maps here. Default "/workspace".
-   * `create` mounts a volume there; `attach` creates it if missing (under a writable path).
+   * `create` mounts a volume there; `attach` creates it if missing (owned by `user`).
    */
   workDir?: string;
   /** A Dockerode client, or the daemon's unix socket path. Default: DOCKER_HOST, else /var/run/docker.sock. */
   docker?: Docker | string;
+  /**
+   * The user commands and file transfers run as, "uid:gid" (numeric, so the
+   * image needs no passwd entry). Default "65534:65534" (nobody). "0:0" runs
+   * them as root, which lets a command leave setuid-root files in the volume
+   * on the host.
+   */
+  user?: string;
   /** Network mode of a created container. Default "none": no network at all. */
   network?: string;
   /** Memory limit of a created container, in MiB (swap included). Default 1024. */
@@ -40,6 +56,14 @@ export interface DockerSandboxOptions {
   maxOutputBytes?: number;
   /** Seconds a command may run when the call gives no timeout. Default 300. */
   timeout?: number;
+  /**
+   * Seconds a created container lives, enforced inside it: its first process
+   * exits at the deadline and the daemon removes the container and its
+   * volume, whether or not this process is still running. The deadline is
+   * also a label (`strata.deadline`, Unix seconds), so `sweepExpired` (run by
+   * every `create`) removes one that outlived it. Default: no limit.
+   */
+  lifetime?: number;
   /** Environment of every command, on top of the image's. */
   env?: Record<string, string>;
   /** Labels of a created container. */
@@ -47,39 +71,150 @@ export interface DockerSandboxOptions {
   /**
    * Mount the image read-only, so a command can write only to the workspace
    * and /tmp (default true). Set false for work that installs into the image
-   * (apt, pip into the system).
+   * (apt, pip into the system; with `user: "0:0"`).
    */
   readOnlyRoot?: boolean;
   /** Remove the container (and its workspace volume) on close(). Default: true for create, false for attach. */
   removeOnClose?: boolean;
 }
 
-/** Long-lived PID 1 that works with any sh (BusyBox or GNU) and reaps orphans while it waits. */
-const KEEP_ALIVE = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
-/** Bytes of paths per exec of a batch script, well under Linux's argv limits. */
-const ARGV_BATCH_BYTES = 512 * 1024;
+/** The label holding a created container's deadline, in Unix seconds. */
+export const DEADLINE_LABEL = "strata.deadline";
+const DEFAULT_USER = "65534:65534";
+const ROOT = "0:0";
+const USER_PATTERN = /^\d{1,10}(:\d{1,10})?$/;
 
 /**
- * Classifies upload targets after a failed archive: one line per argument:
- * d (a directory is there), n (an ancestor is not a directory), p (no write
- * permission), o (fine).
+ * PID 1: waits until the deadline ($1, Unix seconds; empty for none),
+ * reaping orphans meanwhile, then exits, which stops the container. The
+ * sleep is restarted if something kills it, and the remaining time is read
+ * from the clock each round, so a restarted container keeps its deadline.
  */
-const CLASSIFY_SCRIPT = `for p do
-  if [ -d "$p" ]; then echo d; continue; fi
-  a=\${p%/*}
-  while [ -n "$a" ] && ! { [ -e "$a" ] || [ -L "$a" ]; }; do a=\${a%/*}; done
-  a=\${a:-/}
-  if [ ! -d "$a" ]; then echo n; elif [ ! -w "$a" ]; then echo p; else echo o; fi
+const INIT = `trap 'exit 0' TERM
+while :; do
+  n=3600
+  if [ -n "$1" ]; then n=$(($1 - $(date +%s))); [ "$n" -gt 0 ] || exit 0; fi
+  sleep "$n" & wait $!
 done`;
 
 /**
- * Sends the arguments' files with three processes, whatever their number: a
- * status line per argument (f file, d directory, m missing, s not a regular
- * file, p unreadable), ".", the sizes of the files (stat), ".", then all of
- * them concatenated, as base64. While the loop runs, "$@" is rebuilt to hold
- * only the readable files (the loop's list was expanded before it began).
+ * Run before the shared WRAPPER, in the same shell: reports the exec's
+ * output pipe and the shell's start time (clock ticks since boot), as
+ * "strata-run <pipe inode> <start>" on stderr. A process that still holds
+ * the pipe is one of the command's, whatever it did to its group and
+ * environment; an orphan that started later is one of the command's in a
+ * container nothing else runs in.
  */
-const FETCH_SCRIPT = `exec 2>/dev/null
+const PRELUDE = `strata_run() { set -f; set -- $1; echo "strata-run $2 \${20}" >&2; set +f; }
+i=$(readlink /proc/$$/fd/1 2>/dev/null); i=\${i#pipe:[}; i=\${i%]}
+{ read -r l </proc/$$/stat; } 2>/dev/null
+strata_run "\${l##*) } $i"
+unset -f strata_run; unset i l
+`;
+
+/**
+ * `sh -c KILL strata <pgid> <marker> <pipe inode> <since>`, as root: kills
+ * the group, then, a few rounds in case one forks meanwhile, every process
+ * carrying the marker, every process holding the pipe, and (given `since`)
+ * every orphan (parent PID 1) started at or after `since`. Only shell
+ * builtins run before the first kill, so it works even when a fork bomb has
+ * used up the process limit.
+ */
+const KILL = `g=$1 m=$2 i=$3 t=$4
+[ -n "$g" ] && kill -9 -"$g" 2>/dev/null
+for _ in 1 2 3; do
+  k=
+  if [ -n "$m" ]; then
+    k="$k $(grep -l -z -F "${MARKER_VARIABLE}=$m" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||')"
+  fi
+  if [ -n "$i" ]; then
+    k="$k $(ls -l /proc/[0-9]*/fd 2>/dev/null | sed -n -e 's|^/proc/\\([0-9]*\\)/fd:$|\\1|;t h' -e "/ pipe:\\[$i\\]\\$/{g;p;}" -e 'd' -e ':h' -e 'h')"
+  fi
+  if [ -n "$t" ]; then
+    for s in /proc/[0-9]*/stat; do
+      { read -r l <"$s"; } 2>/dev/null || continue
+      p=\${l%% *}; l=\${l##*) }
+      set -f; set -- $l; set +f
+      [ "$2" = 1 ] && [ "$p" != 1 ] && [ "\${20}" -ge "$t" ] && k="$k $p"
+    done
+  fi
+  k=$(echo $k)
+  [ -n "$k" ] || break
+  kill -9 $k 2>/dev/null
+done
+exit 0`;
+
+/**
+ * `sh -c UPLOAD strata <workspace> <path> <size>...`, as the command user,
+ * with the files' bytes concatenated on stdin. Each file is written beside
+ * its target and renamed over it, so a link in the final component is
+ * replaced, never written through. Every directory below the workspace is
+ * checked on the way down: a link (planted by a command) refuses the file,
+ * a missing directory is made with plain mkdir, which never follows one.
+ * One status line per file: ok, link, notdir, isdir, denied, failed. A file
+ * that cannot be written still has its bytes consumed; when the stream
+ * position is lost (a write failed), the rest of the batch fails.
+ */
+const UPLOAD = `W=$1; shift
+set -C
+n=0 broken=
+take() {
+  [ "$1" -gt 0 ] || return 0
+  # One dd for a file up to 1 MiB; bigger ones in 64 KiB blocks plus the rest.
+  [ "$1" -le 1048576 ] && { dd bs="$1" count=1 iflag=fullblock 2>/dev/null; return; }
+  q=$(($1 / 65536)) r=$(($1 % 65536))
+  dd bs=65536 count="$q" iflag=fullblock 2>/dev/null || return 1
+  [ "$r" -eq 0 ] || dd bs="$r" count=1 iflag=fullblock 2>/dev/null
+}
+place() {
+  r=\${1#"$W"/} a=$W
+  while :; do
+    case $r in */*) ;; *) break ;; esac
+    a=$a/\${r%%/*} r=\${r#*/}
+    [ -L "$a" ] && { st=link; return; }
+    [ -d "$a" ] && continue
+    [ -e "$a" ] && { st=notdir; return; }
+    mkdir -- "$a" 2>/dev/null && continue
+    if [ -L "$a" ]; then st=link; elif [ -d "$a" ]; then continue; else st=denied; fi
+    return
+  done
+  if [ -d "$1" ] && [ ! -L "$1" ]; then st=isdir; else st=ok; fi
+}
+while [ $# -gt 1 ]; do
+  p=$1 s=$2; shift 2
+  [ -z "$broken" ] || { echo failed; continue; }
+  place "$p"
+  # A new file is created in place (noclobber: O_EXCL, so never through a link that appears meanwhile).
+  if [ "$st" = ok ] && [ ! -e "$p" ] && [ ! -L "$p" ] && { : >"$p"; } 2>/dev/null; then
+    if take "$s" >>"$p"; then echo ok; else rm -f -- "$p"; broken=1; echo failed; fi
+    continue
+  fi
+  if [ "$st" = ok ]; then
+    n=$((n + 1)) t=\${p%/*}/.strata-tmp-$$-$n
+    if { : >"$t"; } 2>/dev/null; then
+      if take "$s" >>"$t"; then
+        [ -L "$p" ] && rm -f -- "$p"
+        if mv -f -- "$t" "$p" 2>/dev/null; then echo ok; else rm -f -- "$t"; echo denied; fi
+        continue
+      fi
+      rm -f -- "$t"; broken=1; echo failed; continue
+    fi
+    st=denied
+  fi
+  take "$s" >/dev/null || broken=1
+  echo "$st"
+done`;
+
+/**
+ * `sh -c FETCH strata <path>...`, as the command user: a status line per
+ * path (f file, d directory, m missing, s not a regular file, p unreadable),
+ * ".", the sizes of the readable files, ".", then those files' bytes, raw
+ * and concatenated. Paths resolve as the shell (and `cat`, and `read`)
+ * resolves them: links are followed wherever they point inside the
+ * container, as the user. While the loop runs, "$@" is rebuilt to hold only
+ * the readable files (the loop's list was expanded before it began).
+ */
+const FETCH = `exec 2>/dev/null
 for p do
   shift
   if [ -d "$p" ]; then echo d
@@ -93,7 +228,20 @@ echo .
 [ $# -gt 0 ] || exit 0
 stat -L -c %s -- "$@"
 echo .
-cat -- "$@" | base64`;
+cat -- "$@"`;
+
+/** Bytes of arguments per exec of a batch script, well under Linux's argv limits. */
+const ARGV_BATCH_BYTES = 512 * 1024;
+/** Bytes of file content per upload exec: the batch is streamed, this only bounds what one failure costs. */
+const UPLOAD_BATCH_BYTES = 256 * 1024 * 1024;
+/** How long close() waits for the kills of running commands. */
+const CLOSE_KILL_MS = 10_000;
+
+/** What the prelude reported about one run. */
+interface RunInfo {
+  pipe?: string;
+  since?: string;
+}
 
 export class DockerSandbox extends BaseSandbox {
   /** How far commands are contained: a container of their own. */
@@ -101,8 +249,12 @@ export class DockerSandbox extends BaseSandbox {
   /** The container's id. */
   readonly id: string;
   readonly workspace: string;
-  /** Requests made to the daemon, by kind: what a test counts to check that a batch is one transfer. */
+  /** The "uid:gid" commands and transfers run as. */
+  readonly user: string;
+  /** Requests made to the daemon, by kind: what a test counts to check that a batch is one transfer. The archive API is no longer used. */
   readonly stats = { execs: 0, putArchives: 0, getArchives: 0 };
+  /** Kills in flight, so close() can wait until what ran is stopped. */
+  private readonly kills = new Set<Promise<void>>();
 
   private constructor(
     /** The Dockerode client: the escape hatch to anything this class does not cover. */
@@ -110,28 +262,36 @@ export class DockerSandbox extends BaseSandbox {
     readonly container: Docker.Container,
     workspace: string,
     private readonly options: DockerSandboxOptions,
+    /** A sandbox that removes the container owns it: it may kill any process in it. */
     private readonly removeOnClose: boolean,
   ) {
     super();
     this.id = container.id;
     this.workspace = workspace;
+    this.user = options.user ?? DEFAULT_USER;
   }
 
-  /** Creates and starts a container from `image` (which must be present; nothing is pulled). */
+  /**
+   * Creates and starts a container from `image` (which must be present;
+   * nothing is pulled). First removes containers whose `lifetime` ran out
+   * (`sweepExpired`), in case their first process could not stop them.
+   */
   static async create(options: DockerSandboxOptions & { image: string }): Promise<DockerSandbox> {
-    checkTimeout(options.timeout);
-    const workspace = normalizePath(options.workDir ?? "/workspace");
+    const workspace = checkOptions(options);
     if (workspace === "/") throw errors.invalidArgument("DockerSandbox workDir must be a directory below '/'");
+    const lifetime = options.lifetime === undefined ? undefined : timeoutSeconds(options.lifetime, "lifetime");
     const docker = dockerClient(options.docker);
     const limits = resourceLimits(options);
+    await DockerSandbox.sweepExpired(docker).catch(() => undefined);
+    const deadline = lifetime === undefined ? undefined : Math.ceil(Date.now() / 1000 + lifetime);
     let container: Docker.Container;
     try {
       container = await docker.createContainer({
         Image: options.image,
-        Entrypoint: ["/bin/sh", "-c", KEEP_ALIVE],
+        Entrypoint: ["/bin/sh", "-c", INIT, "strata-init", deadline === undefined ? "" : String(deadline)],
         Cmd: [],
         WorkingDir: "/",
-        Labels: { "strata.sandbox": "docker", ...options.labels },
+        Labels: { "strata.sandbox": "docker", ...options.labels, ...(deadline === undefined ? {} : { [DEADLINE_LABEL]: String(deadline) }) },
         // An anonymous volume: writable under a read-only root, kept across restarts, removed with the container.
         Volumes: { [workspace]: {} },
         HostConfig: {
@@ -139,6 +299,8 @@ export class DockerSandbox extends BaseSandbox {
           SecurityOpt: ["no-new-privileges:true"],
           ReadonlyRootfs: options.readOnlyRoot ?? true,
           Tmpfs: { "/tmp": "rw,nosuid,nodev,mode=1777" },
+          // When the first process exits at the deadline, the daemon removes the container and its volume.
+          AutoRemove: deadline !== undefined,
           ...limits,
         },
       });
@@ -149,7 +311,7 @@ export class DockerSandbox extends BaseSandbox {
     const sandbox = new DockerSandbox(docker, container, workspace, options, options.removeOnClose ?? true);
     try {
       await container.start();
-      await sandbox.makeWorkspace();
+      await sandbox.makeWorkspace(true);
     } catch (error) {
       await container.remove({ force: true, v: true }).catch(() => undefined);
       throw daemonError(error);
@@ -159,15 +321,14 @@ export class DockerSandbox extends BaseSandbox {
 
   /** Reattaches to an existing container by id (starting it if it stopped), e.g. after a restart of this process. */
   static async attach(containerId: string, options: DockerSandboxOptions = {}): Promise<DockerSandbox> {
-    checkTimeout(options.timeout);
-    const workspace = normalizePath(options.workDir ?? "/workspace");
+    const workspace = checkOptions(options);
     const docker = dockerClient(options.docker);
     const container = docker.getContainer(containerId);
     try {
       const info = await container.inspect();
       if (!info.State.Running) await container.start();
       const sandbox = new DockerSandbox(docker, docker.getContainer(info.Id), workspace, options, options.removeOnClose ?? false);
-      await sandbox.makeWorkspace();
+      await sandbox.makeWorkspace(false);
       return sandbox;
     } catch (error) {
       if (statusOf(error) === 404) throw new StrataError("unavailable", `Docker container '${containerId}' does not exist`);
@@ -175,24 +336,46 @@ export class DockerSandbox extends BaseSandbox {
     }
   }
 
+  /**
+   * Removes every container (running or not) whose `strata.deadline` label
+   * lies in the past, with its volumes; returns how many. `create` runs it;
+   * a provider may run it at start-up.
+   */
+  static async sweepExpired(docker?: Docker | string): Promise<number> {
+    const client = dockerClient(docker);
+    const now = Date.now() / 1000;
+    let removed = 0;
+    for (const info of await client.listContainers({ all: true, filters: { label: [DEADLINE_LABEL] } })) {
+      const deadline = Number(info.Labels[DEADLINE_LABEL]);
+      if (!(deadline < now)) continue;
+      await client
+        .getContainer(info.Id)
+        .remove({ force: true, v: true })
+        .then(() => removed++, () => undefined);
+    }
+    return removed;
+  }
+
   async execute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     this.assertOpen();
     checkCommand(command, options.env);
-    checkTimeout(options.timeout);
+    const timeout = timeoutSeconds(options.timeout ?? this.options.timeout ?? 300);
     const cwd = normalizePath(options.cwd ?? "/");
     const marker = newMarker();
     const stdin = options.stdin === undefined ? undefined : typeof options.stdin === "string" ? Buffer.from(options.stdin) : options.stdin;
     const sandboxMax = this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     const maxOutputBytes = options.maxOutputBytes ?? sandboxMax;
 
+    // The caller's environment goes into the exec's configuration only: it reaches the command inside the container, no host process.
     const env = { ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
     let exec: Docker.Exec;
     let stream: Duplex;
     try {
       this.stats.execs++;
       exec = await this.container.exec({
-        Cmd: ["/bin/sh", "-c", WRAPPER, "strata", this.sandboxPath(cwd), command],
+        Cmd: ["/bin/sh", "-c", PRELUDE + WRAPPER, "strata", this.sandboxPath(cwd), command],
         Env: Object.entries(env).map(([name, value]) => `${name}=${value}`),
+        User: this.user,
         AttachStdin: stdin !== undefined,
         AttachStdout: true,
         AttachStderr: true,
@@ -203,17 +386,38 @@ export class DockerSandbox extends BaseSandbox {
       throw this.containerError(error);
     }
 
+    const info: RunInfo = {};
     const run = new RemoteRun({
       cwd,
-      timeout: options.timeout ?? this.options.timeout ?? 300,
+      timeout,
       maxOutputBytes,
       killAfterBytes: Math.max(maxOutputBytes, sandboxMax * 64),
       onOutput: options.onOutput,
-      signal: options.signal,
-      kill: (pgid, sweep) => this.kill(pgid, sweep ? marker : undefined),
+      // close() aborts this signal too: the command is killed and the call rejects with sandbox_closed.
+      signal: this.commandSignal(options.signal),
+      // A sweep (timeout, abort, close, endless output) kills everything of the run; after a normal exit only what holds its output open.
+      kill: (pgid, sweep) => this.kill([pgid, sweep ? marker : undefined, info.pipe, sweep && this.removeOnClose ? info.since : undefined]),
       abandon: () => stream.destroy(),
     });
-    this.docker.modem.demuxStream(stream, sink((chunk) => run.stdout(chunk)), sink((chunk) => run.stderr(chunk)));
+    let prelude = "";
+    let preludeDone = false;
+    this.docker.modem.demuxStream(
+      stream,
+      sink((chunk) => run.stdout(chunk)),
+      sink((chunk) => {
+        if (preludeDone) return run.stderr(chunk);
+        prelude += Buffer.from(chunk).toString("latin1");
+        const end = prelude.indexOf("\n");
+        if (end === -1) return;
+        preludeDone = true;
+        const [word, pipe, since] = prelude.slice(0, end).split(" ");
+        const ours = word === "strata-run";
+        if (ours && /^\d+$/.test(pipe ?? "")) info.pipe = pipe;
+        if (ours && /^\d+$/.test(since ?? "")) info.since = since;
+        const rest = Buffer.from(ours ? prelude.slice(end + 1) : prelude, "latin1");
+        if (rest.length > 0) run.stderr(rest);
+      }),
+    );
     let ended = false;
     const end = () => {
       if (ended) return;
@@ -230,217 +434,169 @@ export class DockerSandbox extends BaseSandbox {
   }
 
   /**
-   * All files go in one tar through one archive request. Docker unpacks with
-   * `noOverwriteDirNonDir`, so a file never replaces a directory; if the
-   * batch fails anyway (such a path, or a parent that is a file), one exec
-   * tells which paths are at fault and the rest go in a second archive.
+   * Files go in through one exec per batch (paths in argv, bytes on stdin),
+   * run as the command user. A link in the way is refused (permission_denied),
+   * a link at the path itself is replaced; see UPLOAD.
    */
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    this.assertOpen();
+    checkBatch(files, "uploadFiles");
     const responses: FileUploadResponse[] = [];
-    const pending: { index: number; path: string; content: Uint8Array }[] = [];
-    for (const [rawPath, content] of files) {
+    const pending: { index: number; target: string; content: Uint8Array }[] = [];
+    for (const item of files) {
+      const rawPath: unknown = Array.isArray(item) ? item[0] : item;
       const index = responses.length;
       try {
-        const path = normalizePath(rawPath);
+        if (this.closed) throw errors.sandboxClosed(`Sandbox '${this.id}'`);
+        const path = normalizePath(rawPath as string);
+        const content: unknown = Array.isArray(item) ? item[1] : undefined;
         if (!(content instanceof Uint8Array)) throw errors.invalidArgument("upload content must be bytes");
-        responses.push({ path, error: path === "/" ? "is_directory" : null });
-        if (path !== "/") pending.push({ index, path, content });
+        responses.push({ path: rawPath as string, error: path === "/" ? "is_directory" : null });
+        if (path !== "/") pending.push({ index, target: this.sandboxPath(path), content });
       } catch (error) {
         responses.push({ path: String(rawPath), error: fileError(error) });
       }
     }
-    if (pending.length === 0) return responses;
-    if (await this.putFiles(pending)) return responses;
-
-    await this.makeWorkspace().catch(() => undefined); // In case a command removed it.
-    const verdicts = await this.classify(pending.map((file) => this.sandboxPath(file.path)));
-    const retry = pending.filter((file, i) => {
-      const verdict = verdicts[i];
-      const error: FileOperationError | null =
-        verdict === "d" ? "is_directory" : verdict === "n" ? "invalid_path" : verdict === "p" ? "permission_denied" : null;
-      responses[file.index]!.error = error;
-      return error === null;
-    });
-    if (retry.length > 0 && !(await this.putFiles(retry))) {
-      for (const file of retry) responses[file.index]!.error = "permission_denied";
+    for (const batch of argvBatches(pending, (file) => file.target, (file) => file.content.length, UPLOAD_BATCH_BYTES)) {
+      let statuses: string[];
+      try {
+        const args = batch.flatMap((file) => [file.target, String(file.content.length)]);
+        const { output } = await this.run(["/bin/sh", "-c", UPLOAD, "strata", this.workspace, ...args], {
+          user: this.user,
+          stdin: batch.map((file) => file.content),
+        });
+        statuses = output.split("\n");
+      } catch {
+        statuses = [];
+      }
+      batch.forEach((file, i) => {
+        responses[file.index]!.error = uploadError(statuses[i]);
+      });
     }
     return responses;
   }
 
   /**
-   * One file comes through the archive API. The daemon serves archive
-   * requests one at a time (about 60 ms each here), so a batch instead
-   * comes through one exec that sends every file as base64.
+   * Files come out through one exec per batch, raw bytes on its stdout,
+   * streamed into one buffer per file (never one string or buffer for the
+   * batch). A path resolves as `cat` resolves it in the container; see FETCH.
    */
   async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    this.assertOpen();
+    checkBatch(paths, "downloadFiles");
     const responses: FileDownloadResponse[] = [];
-    const wanted: { index: number; path: string }[] = [];
+    const wanted: { index: number; target: string }[] = [];
     for (const rawPath of paths) {
       try {
+        if (this.closed) throw errors.sandboxClosed(`Sandbox '${this.id}'`);
         const path = normalizePath(rawPath);
         if (path === "/") throw errors.isDirectory(path);
-        wanted.push({ index: responses.length, path });
-        responses.push({ path, content: null, error: null });
+        wanted.push({ index: responses.length, target: this.sandboxPath(path) });
+        responses.push({ path: rawPath, content: null, error: null });
       } catch (error) {
         responses.push({ path: String(rawPath), content: null, error: fileError(error) });
       }
     }
-    if (wanted.length === 1) {
-      const { index, path } = wanted[0]!;
-      try {
-        responses[index]!.content = await this.readFromArchive(this.sandboxPath(path), path);
-      } catch (error) {
-        responses[index]!.error = fileError(error);
+    for (const batch of argvBatches(wanted, (file) => file.target, () => 0, 0)) {
+      let results = await this.fetch(batch.map((file) => file.target)).catch(() => undefined);
+      if (results === undefined && batch.length > 1) {
+        // A file changed size between stat and cat: the offsets are off, so each is read on its own.
+        results = [];
+        for (const file of batch) results.push((await this.fetch([file.target]).catch(() => undefined))?.[0] ?? { content: null, error: "permission_denied" });
       }
-      return responses;
+      batch.forEach((file, i) => Object.assign(responses[file.index]!, results?.[i] ?? { content: null, error: "permission_denied" }));
     }
-    const results = await this.fetchMany(wanted.map(({ path }) => this.sandboxPath(path)));
-    wanted.forEach(({ index }, i) => Object.assign(responses[index]!, results[i]));
     return responses;
   }
 
-  /** Detaches; a container this sandbox created (or was told to own) is removed. */
+  /**
+   * Stops every running command (their calls reject with `sandbox_closed`)
+   * and detaches; a container this sandbox created (or was told to own) is
+   * removed, which also stops whatever else runs in it.
+   */
   override async close(): Promise<void> {
     if (this.closed) return;
     await super.close();
-    if (this.removeOnClose) await this.container.remove({ force: true, v: true }).catch(() => undefined);
+    if (this.removeOnClose) {
+      await this.container.remove({ force: true, v: true }).catch(() => undefined);
+      return;
+    }
+    // The abort above started a kill per running command; an attached sandbox waits until they are done.
+    const pending = Promise.allSettled([...this.kills]);
+    await Promise.race([pending, new Promise((resolve) => setTimeout(resolve, CLOSE_KILL_MS).unref())]);
   }
 
   // ---- internals ----
 
-  private async makeWorkspace(): Promise<void> {
-    const { exitCode } = await this.run(["mkdir", "-p", "--", this.workspace]);
+  /** Creates the workspace as root and hands it to the user: always for a created container, only when missing for an attached one. */
+  private async makeWorkspace(own: boolean): Promise<void> {
+    const script = own
+      ? `mkdir -p -- "$1" && chown "$2" "$1"`
+      : `[ -d "$1" ] || { mkdir -p -- "$1" && chown "$2" "$1"; }`;
+    const { exitCode } = await this.run(["/bin/sh", "-c", script, "strata", this.workspace, this.user], { user: ROOT });
     if (exitCode !== 0) throw new StrataError("permission_denied", "Cannot create the workspace directory in the container");
   }
 
-  /** Runs argv in the container and collects its output; for the sandbox's own small commands. */
-  private async run(argv: string[]): Promise<{ output: string; exitCode: number | null }> {
+  /**
+   * Runs argv in the container, feeding `stdin` (then end-of-file) and
+   * handing stdout to `stdout` (default: collected as text); for the
+   * sandbox's own commands.
+   */
+  private async run(
+    argv: string[],
+    options: { user: string; stdin?: readonly Uint8Array[]; stdout?: Writable },
+  ): Promise<{ output: string; exitCode: number | null }> {
     this.stats.execs++;
-    const exec = await this.container.exec({ Cmd: argv, AttachStdout: true, AttachStderr: true, Tty: false });
-    const stream = await exec.start({ hijack: true, stdin: false });
+    const withStdin = options.stdin !== undefined;
+    const exec = await this.container.exec({ Cmd: argv, User: options.user, AttachStdin: withStdin, AttachStdout: true, AttachStderr: true, Tty: false });
+    const stream = await exec.start({ hijack: true, stdin: withStdin });
     const chunks: Buffer[] = [];
-    const collect = sink((chunk) => chunks.push(Buffer.from(chunk)));
-    this.docker.modem.demuxStream(stream, collect, collect);
-    await new Promise<void>((resolve, reject) => {
+    this.docker.modem.demuxStream(stream, options.stdout ?? sink((chunk) => chunks.push(Buffer.from(chunk))), sink(() => undefined));
+    const done = new Promise<void>((resolve, reject) => {
       stream.on("end", resolve).on("close", resolve).on("error", reject);
     });
+    if (withStdin) {
+      try {
+        for (const part of options.stdin!) {
+          if (part.length > 0 && !stream.write(part)) await Promise.race([once(stream, "drain"), done]);
+        }
+      } finally {
+        stream.end();
+      }
+    }
+    await done;
+    options.stdout?.end();
     return { output: Buffer.concat(chunks).toString("utf8"), exitCode: (await exec.inspect()).ExitCode ?? null };
   }
 
   /**
-   * KILL_SCRIPT from a second exec. When a fork bomb holds every process
+   * KILL from a second exec, as root. When a fork bomb holds every process
    * slot the exec itself cannot start; after a few tries the container is
    * restarted, which kills everything in it (the files stay).
    */
-  private async kill(pgid: number | undefined, marker: string | undefined): Promise<void> {
-    for (let attempt = 0; attempt < 5; attempt++) {
-      try {
-        const { exitCode } = await this.run(["/bin/sh", "-c", KILL_SCRIPT, "strata", pgid === undefined ? "" : String(pgid), marker ?? ""]);
-        if (exitCode === 0) return;
-      } catch {
-        // The exec could not start; try again.
-      }
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
-    await this.container.restart({ t: 0 }).catch(() => undefined);
-  }
-
-  private async putFiles(files: readonly { path: string; content: Uint8Array }[]): Promise<boolean> {
-    const entries: TarEntry[] = files.map(({ path, content }) => ({
-      header: { name: path.slice(1), size: content.length, type: "file", mode: 0o644, mtime: new Date() },
-      body: content,
-    }));
-    try {
-      this.stats.putArchives++;
-      // Unpacked at the workspace itself: under a read-only root Docker accepts archives only into a volume.
-      await this.container.putArchive(Buffer.from(await packTar(entries)), { path: this.workspace, noOverwriteDirNonDir: true });
-      return true;
-    } catch (error) {
-      if (isConnectionError(error)) throw daemonError(error);
-      return false;
-    }
-  }
-
-  private async classify(paths: string[]): Promise<string[]> {
-    const verdicts: string[] = [];
-    for (const batch of argvBatches(paths)) {
-      const { output } = await this.run(["/bin/sh", "-c", CLASSIFY_SCRIPT, "strata", ...batch]);
-      const lines = output.split("\n");
-      batch.forEach((_, i) => verdicts.push(lines[i] ?? "p"));
-    }
-    return verdicts;
-  }
-
-  private async fetchMany(paths: string[]): Promise<Pick<FileDownloadResponse, "content" | "error">[]> {
-    const results: Pick<FileDownloadResponse, "content" | "error">[] = [];
-    for (const batch of argvBatches(paths)) {
-      const { output } = await this.run(["/bin/sh", "-c", FETCH_SCRIPT, "strata", ...batch]);
-      const [statuses = "", sizes = "", body = ""] = output.split("\n.\n");
-      const found = statuses.split("\n");
-      const lengths = sizes.split("\n").map(Number);
-      const all = Buffer.from(body.replace(/\s+/g, ""), "base64");
-      // A file that changed size between stat and cat leaves the total off; those files are then read one by one.
-      const consistent = lengths.reduce((sum, n) => sum + n, 0) === all.length;
-      let file = 0;
-      let offset = 0;
-      for (let i = 0; i < batch.length; i++) {
-        const status = found[i];
-        if (status !== "f") {
-          results.push({ content: null, error: status === "d" ? "is_directory" : status === "m" ? "file_not_found" : "permission_denied" });
-          continue;
-        }
-        const length = lengths[file++] ?? 0;
-        if (consistent) {
-          results.push({ content: new Uint8Array(all.subarray(offset, offset + length)), error: null });
-          offset += length;
-          continue;
-        }
-        const target = batch[i] ?? "";
+  private kill(args: (string | number | undefined)[]): Promise<void> {
+    const argv = ["/bin/sh", "-c", KILL, "strata", ...args.map((arg) => (arg === undefined ? "" : String(arg)))];
+    const attempt = async () => {
+      for (let tries = 0; tries < 5; tries++) {
         try {
-          results.push({ content: await this.readFromArchive(target, this.virtualPath(target)), error: null });
-        } catch (error) {
-          results.push({ content: null, error: fileError(error) });
+          const { exitCode } = await this.run(argv, { user: ROOT });
+          if (exitCode === 0) return;
+        } catch {
+          // The exec could not start; try again.
         }
+        await new Promise((resolve) => setTimeout(resolve, 200));
       }
-    }
-    return results;
+      await this.container.restart({ t: 0 }).catch(() => undefined);
+    };
+    const kill = attempt();
+    this.kills.add(kill);
+    void kill.finally(() => this.kills.delete(kill));
+    return kill;
   }
 
-  /** Reads one file through the archive API, following symlinks (inside the container) a few hops. */
-  private async readFromArchive(target: string, virtual: string): Promise<Uint8Array> {
-    let current = target;
-    for (let hop = 0; hop < 16; hop++) {
-      let archive: NodeJS.ReadableStream;
-      try {
-        this.stats.getArchives++;
-        archive = await this.container.getArchive({ path: current });
-      } catch (error) {
-        if (isConnectionError(error)) throw daemonError(error);
-        const status = statusOf(error);
-        // 404: nothing there; 500 "not a directory": a parent is a file. Both mean there is no such file.
-        throw status === 404 || status === 500 ? errors.notFound(virtual) : errors.permissionDenied(virtual);
-      }
-      const node = archive as Readable;
-      const reader = (Readable.toWeb(node) as ReadableStream<Uint8Array>).pipeThrough(createTarDecoder()).getReader();
-      try {
-        const { value: entry } = await reader.read();
-        if (!entry) throw errors.notFound(virtual);
-        const { type, linkname } = entry.header;
-        if (type === "file") return await readBody(entry);
-        if (type === "directory") throw errors.isDirectory(virtual);
-        if (type === "symlink" && linkname) {
-          current = linkname.startsWith("/") ? linkname : `${parentOf(current)}/${linkname}`;
-          continue;
-        }
-        throw new StrataError("permission_denied", `'${virtual}' is not a regular file`);
-      } finally {
-        await reader.cancel().catch(() => undefined);
-        node.destroy();
-      }
-    }
-    throw new StrataError("permission_denied", `'${virtual}': too many levels of symbolic links`);
+  /** One FETCH exec. Rejects when the bytes received do not match the sizes reported (a file changed meanwhile). */
+  private async fetch(targets: string[]): Promise<Pick<FileDownloadResponse, "content" | "error">[]> {
+    const parser = new FetchParser(targets.length);
+    await this.run(["/bin/sh", "-c", FETCH, "strata", ...targets], { user: this.user, stdout: parser });
+    return parser.results();
   }
 
   /** Maps a failure to reach or use the container to a typed error. */
@@ -453,16 +609,136 @@ export class DockerSandbox extends BaseSandbox {
   }
 }
 
-/** Splits paths into groups small enough for one exec's argv. */
-function* argvBatches(paths: string[]): Generator<string[]> {
-  for (let start = 0; start < paths.length; ) {
-    let end = start;
-    let bytes = 0;
-    while (end < paths.length && (end === start || bytes + Buffer.byteLength(paths[end]!) < ARGV_BATCH_BYTES)) {
-      bytes += Buffer.byteLength(paths[end++]!) + 1;
+/**
+ * Reads FETCH's output as it streams: the status and size lines, then the
+ * body, copied straight into one buffer per file (exact sizes, so no batch
+ * ever needs one buffer or string for all its files).
+ */
+class FetchParser extends Writable {
+  private stage: "status" | "size" | "body" = "status";
+  private partial = "";
+  private readonly statuses: string[] = [];
+  private readonly sizes: number[] = [];
+  private buffers: Uint8Array[] = [];
+  /** A single file takes whatever cat sends, even if it changed size since stat. */
+  private readonly single: Buffer[] = [];
+  private file = 0;
+  private offset = 0;
+  private overflow = false;
+
+  constructor(private readonly count: number) {
+    super();
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, done: () => void): void {
+    let data = chunk;
+    while (this.stage !== "body" && data.length > 0) {
+      const newline = data.indexOf(10);
+      if (newline === -1) {
+        this.partial += data.toString("latin1");
+        return done();
+      }
+      this.line(this.partial + data.subarray(0, newline).toString("latin1"));
+      this.partial = "";
+      data = data.subarray(newline + 1);
     }
-    yield paths.slice(start, end);
+    if (data.length > 0) this.body(data);
+    done();
+  }
+
+  private line(line: string): void {
+    if (this.stage === "status") {
+      if (line !== ".") this.statuses.push(line);
+      else this.stage = this.statuses.includes("f") ? "size" : "body";
+    } else if (line !== ".") {
+      this.sizes.push(Number(line));
+    } else {
+      this.stage = "body";
+      if (this.sizes.length > 1) this.buffers = this.sizes.map((size) => new Uint8Array(size));
+    }
+  }
+
+  private body(data: Buffer): void {
+    if (this.sizes.length === 1) {
+      this.single.push(Buffer.from(data));
+      return;
+    }
+    while (data.length > 0) {
+      const buffer = this.buffers[this.file];
+      if (!buffer) {
+        this.overflow = true;
+        return;
+      }
+      const n = Math.min(buffer.length - this.offset, data.length);
+      buffer.set(data.subarray(0, n), this.offset);
+      this.offset += n;
+      data = data.subarray(n);
+      if (this.offset === buffer.length) {
+        this.file++;
+        this.offset = 0;
+      }
+    }
+  }
+
+  /** The answer per path; throws when the output does not add up (a file changed between stat and cat). */
+  results(): Pick<FileDownloadResponse, "content" | "error">[] {
+    const files = this.statuses.filter((status) => status === "f").length;
+    if (this.statuses.length !== this.count || this.sizes.length !== files) throw new Error("incomplete listing");
+    if (files > 1) {
+      while (this.file < this.buffers.length && this.buffers[this.file]!.length === 0) this.file++;
+      if (this.overflow || this.file !== this.buffers.length || this.offset !== 0) throw new Error("sizes changed");
+    }
+    if (files === 1) {
+      const whole = Buffer.concat(this.single);
+      // A plain Uint8Array, as every backend returns (a Buffer compares unequal to one).
+      this.buffers = [new Uint8Array(whole.buffer, whole.byteOffset, whole.byteLength)];
+    }
+    let next = 0;
+    return this.statuses.map((status) => {
+      if (status === "f") return { content: this.buffers[next++]!, error: null };
+      return { content: null, error: status === "d" ? "is_directory" : status === "m" ? "file_not_found" : "permission_denied" };
+    });
+  }
+}
+
+/** Splits items into groups small enough for one exec's argv and, given a limit, for one exec's stdin. */
+function* argvBatches<T>(items: T[], name: (item: T) => string, size: (item: T) => number, maxBytes: number): Generator<T[]> {
+  for (let start = 0; start < items.length; ) {
+    let end = start;
+    let args = 0;
+    let bytes = 0;
+    while (
+      end < items.length &&
+      (end === start || (args + Buffer.byteLength(name(items[end]!)) < ARGV_BATCH_BYTES && (maxBytes === 0 || bytes + size(items[end]!) <= maxBytes)))
+    ) {
+      args += Buffer.byteLength(name(items[end]!)) + 24;
+      bytes += size(items[end++]!);
+    }
+    yield items.slice(start, end);
     start = end;
+  }
+}
+
+/** Validates what create and attach share; returns the workspace. */
+function checkOptions(options: DockerSandboxOptions): string {
+  if (options.timeout !== undefined) timeoutSeconds(options.timeout);
+  if (options.user !== undefined && (typeof options.user !== "string" || !USER_PATTERN.test(options.user))) {
+    throw errors.invalidArgument(`user must be a numeric "uid:gid", got ${JSON.stringify(options.user)}`);
+  }
+  return normalizePath(options.workDir ?? "/workspace");
+}
+
+function uploadError(status: string | undefined): FileOperationError | null {
+  switch (status) {
+    case "ok":
+      return null;
+    case "isdir":
+      return "is_directory";
+    case "notdir":
+      return "invalid_path";
+    default:
+      // "link": a link in the way is refused like an unwritable directory; "denied", "failed", or no answer at all.
+      return "permission_denied";
   }
 }
 
@@ -498,19 +774,6 @@ function sink(write: (chunk: Uint8Array) => void): Writable {
       done();
     },
   });
-}
-
-async function readBody(entry: ParsedTarEntry): Promise<Uint8Array> {
-  const chunks: Uint8Array[] = [];
-  const reader = entry.body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    chunks.push(value);
-  }
-  // A plain Uint8Array, as every backend returns (a Buffer compares unequal to one).
-  const whole = Buffer.concat(chunks);
-  return new Uint8Array(whole.buffer, whole.byteOffset, whole.byteLength);
 }
 
 function fileError(error: unknown): FileOperationError {
