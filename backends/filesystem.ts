@@ -95,6 +95,8 @@ export class FilesystemBackend extends BaseBackend {
   /** What the root holds, once measured; undefined until needed or after a change too large to track (a directory delete). */
   private usage: Usage | undefined;
   private measuring: Promise<Usage> | undefined;
+  /** Quota-checked changes counted in `usage` but maybe not on disk yet. */
+  private inFlight = 0;
 
   constructor(private readonly options: FilesystemBackendOptions) {
     super();
@@ -433,7 +435,8 @@ export class FilesystemBackend extends BaseBackend {
 
   /**
    * Runs `change` if growing by `delta` stays within the quota. A check that
-   * would fail measures the disk again first (others may have deleted files).
+   * would fail measures the disk again first (others may have deleted files),
+   * unless changes of ours are in flight (a walk could miss them).
    * The delta is counted before the change starts, so concurrent changes
    * cannot each pass the check alone and overshoot together; it is taken back
    * if the change fails.
@@ -443,18 +446,23 @@ export class FilesystemBackend extends BaseBackend {
     let counted = this.usage ?? (await this.remeasure());
     try {
       checkQuota(this.quota, counted, delta, shown);
-    } catch {
+    } catch (error) {
+      // A walk would miss changes counted but not yet on disk: measure only when none is in flight.
+      if (this.inFlight > 0) throw error;
       counted = await this.remeasure();
       checkQuota(this.quota, counted, delta, shown);
     }
     counted.bytes += delta.bytes;
     counted.files += delta.files;
+    this.inFlight++;
     try {
       return await change();
     } catch (error) {
       counted.bytes -= delta.bytes;
       counted.files -= delta.files;
       throw error;
+    } finally {
+      this.inFlight--;
     }
   }
 

@@ -6,21 +6,40 @@
  * BubblewrapSandbox, DockerSandbox or SshSandbox for anything else.
  *
  * What it does guarantee: a timeout kills the command's whole process group
- * (exit code 124), output is capped, the file operations address only the
- * workspace (virtual paths), and uploads and downloads never follow a
- * symlink out of it (they go through FilesystemBackend's fd-relative walk).
+ * (exit code 124), output is capped, and every file operation (ls, read,
+ * write, edit, delete, grep, glob, upload, download) is FilesystemBackend's
+ * over the workspace: confined to it exactly as that backend is (an
+ * fd-relative walk that never follows a symlink, even one a command planted),
+ * serialized per path, and held to the workspace quota. `execute` is NOT
+ * confined by any of this: a command runs as this process's user, anywhere.
  */
 import { mkdtempSync, realpathSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { FilesystemBackend } from "../backends/filesystem.js";
-import { errors } from "../core/errors.js";
+import { checkBatch, failure } from "../core/base.js";
+import { errors, toFileOperationError } from "../core/errors.js";
+import { errorString } from "../core/format.js";
 import { normalizePath } from "../core/paths.js";
-import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileUploadResponse } from "../core/types.js";
-import { BaseSandbox, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
+import type {
+  DeleteResult,
+  EditResult,
+  ExecuteOptions,
+  ExecuteResponse,
+  FileDataV2,
+  FileDownloadResponse,
+  FileInfo,
+  FileUploadResponse,
+  GrepOptions,
+  GrepResult,
+  WriteOptions,
+  WriteResult,
+} from "../core/types.js";
+import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
 import { checkTimeout, runProcess } from "./process.js";
 
-export interface LocalSandboxOptions {
+/** `quota` (BaseSandboxOptions) limits write, edit and upload in the workspace: default DEFAULT_SANDBOX_QUOTA, `false` for none. */
+export interface LocalSandboxOptions extends BaseSandboxOptions {
   /** Host directory the workspace lives in. Default: a fresh temporary directory, removed by `close()`. */
   workspace?: string;
   /** Seconds a command may run when the call gives no timeout (default 300). */
@@ -48,7 +67,7 @@ export class LocalSandbox extends BaseSandbox {
   private readonly env: Record<string, string>;
 
   constructor(private readonly options: LocalSandboxOptions = {}) {
-    super();
+    super(options);
     checkTimeout(options.timeout);
     this.ownsWorkspace = options.workspace === undefined;
     const dir = options.workspace ?? mkdtempSync(nodePath.join(tmpdir(), "strata-local-"));
@@ -57,13 +76,22 @@ export class LocalSandbox extends BaseSandbox {
     }
     this.workspace = realpathSync(dir);
     this.id = `local-${process.pid}-${++counter}`;
-    this.files = new FilesystemBackend({ rootDir: this.workspace });
+    // The sandbox's quota (defaults applied by BaseSandbox), kept by the backend every file operation goes through.
+    this.files = new FilesystemBackend({ rootDir: this.workspace, quota: this.quota });
     this.env = options.env ?? { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", HOME: this.workspace, LANG: "C.UTF-8" };
   }
 
+  /** Unconfined: the command runs as this process's user and can reach the whole host (see the module comment). */
   async execute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     this.assertOpen();
     if (typeof command !== "string") throw errors.invalidArgument("command must be a string");
+    // A NUL cannot reach a process (argv and environ are C strings): say so rather than let spawn throw a TypeError.
+    if (command.includes("\0")) throw errors.invalidArgument("the command contains a NUL byte");
+    for (const [name, value] of Object.entries(options.env ?? {})) {
+      if (name === "" || name.includes("=") || name.includes("\0") || typeof value !== "string" || value.includes("\0")) {
+        throw errors.invalidArgument("env must map names without '=' or NUL to strings without NUL");
+      }
+    }
     checkTimeout(options.timeout);
     const cwd = this.sandboxPath(normalizePath(options.cwd ?? "/"));
     if (!statSync(cwd, { throwIfNoEntry: false })?.isDirectory()) {
@@ -84,14 +112,69 @@ export class LocalSandbox extends BaseSandbox {
     });
   }
 
-  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+  // Every file operation is the workspace FilesystemBackend's; after close each answers
+  // `sandbox_closed` in its method's failure shape (see docs/contract.md).
+
+  override async lsInfo(path: string): Promise<FileInfo[]> {
     this.assertOpen();
+    return this.files.lsInfo(path);
+  }
+
+  override async read(filePath: string, offset?: number, limit?: number): Promise<string> {
+    if (this.closed) return errorString(this.closedFailure());
+    return this.files.read(filePath, offset, limit);
+  }
+
+  override async readRaw(filePath: string): Promise<FileDataV2> {
+    this.assertOpen();
+    return this.files.readRaw(filePath);
+  }
+
+  override async write(filePath: string, content: string, options?: WriteOptions): Promise<WriteResult> {
+    if (this.closed) return failure(this.closedFailure(), filePath);
+    return this.files.write(filePath, content, options);
+  }
+
+  override async edit(filePath: string, oldString: string, newString: string, replaceAll?: boolean): Promise<EditResult> {
+    if (this.closed) return failure(this.closedFailure(), filePath);
+    return this.files.edit(filePath, oldString, newString, replaceAll);
+  }
+
+  override async delete(filePath: string): Promise<DeleteResult> {
+    if (this.closed) return failure(this.closedFailure(), filePath);
+    return this.files.delete(filePath);
+  }
+
+  override async grep(pattern: string, path?: string | null, glob?: string | null, options?: GrepOptions): Promise<GrepResult> {
+    this.assertOpen();
+    return this.files.grep(pattern, path, glob, options);
+  }
+
+  override async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
+    this.assertOpen();
+    return this.files.globInfo(pattern, path);
+  }
+
+  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+    checkBatch(files, "uploadFiles");
+    if (this.closed) {
+      const error = toFileOperationError(this.closedFailure().code);
+      return files.map((item) => ({ path: Array.isArray(item) ? (item[0] as string) : String(item), error }));
+    }
     return this.files.uploadFiles(files);
   }
 
   async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    this.assertOpen();
+    checkBatch(paths, "downloadFiles");
+    if (this.closed) {
+      const error = toFileOperationError(this.closedFailure().code);
+      return paths.map((path) => ({ path, content: null, error }));
+    }
     return this.files.downloadFiles(paths);
+  }
+
+  private closedFailure() {
+    return errors.sandboxClosed(`Sandbox '${this.id}'`);
   }
 
   /** Closes the sandbox; a workspace it created itself is deleted. */
