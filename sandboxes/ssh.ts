@@ -22,10 +22,10 @@ import { StrataError, errors, isStrataError, toFileOperationError } from "../cor
 import { byteCount, timeoutSeconds } from "../core/limits.js";
 import { baseName, normalizePath, parentOf } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileOperationError, FileUploadResponse } from "../core/types.js";
-import { BaseSandbox, DEFAULT_MAX_OUTPUT_BYTES, shellQuote } from "./base.js";
+import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES, shellQuote } from "./base.js";
 import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 
-export interface SshSandboxOptions {
+export interface SshSandboxOptions extends BaseSandboxOptions {
   host: string;
   /** Default 22. */
   port?: number;
@@ -115,16 +115,16 @@ export class SshSandbox extends BaseSandbox {
   private connecting: Promise<Connection> | undefined;
   /** The workspace with symlinks resolved, as the server sees it: uploads stay below it. */
   private realWorkspace: string | undefined;
-  private running = 0;
-  private readonly queue: (() => void)[] = [];
-  private readonly kills = new Set<Promise<void>>();
+  private channelsInUse = 0;
+  private readonly channelQueue: (() => void)[] = [];
+  private readonly pendingKills = new Set<Promise<void>>();
 
   private constructor(
     private readonly options: SshSandboxOptions,
     private readonly config: ConnectConfig,
     workspace: string,
   ) {
-    super();
+    super(options);
     this.workspace = workspace;
     // The same account and workspace give the same id; the id names no remote path (it shows up in messages).
     const place = `${options.username}@${options.host}:${options.port ?? 22}:${workspace}`;
@@ -195,7 +195,7 @@ export class SshSandbox extends BaseSandbox {
     let channel: ClientChannel;
     let exit: ExitStatus;
     try {
-      if (this.closed) throw this.closedError();
+      if (this.closed) throw closedError(this.id);
       ({ channel, exit } = await this.openExec(connection, EXEC_LINE));
     } catch (error) {
       this.release();
@@ -337,10 +337,10 @@ export class SshSandbox extends BaseSandbox {
     if (this.closed) return;
     await super.close();
     // Commands waiting for a channel wake up, see the sandbox closed, and answer sandbox_closed.
-    for (const wake of this.queue.splice(0)) wake();
-    if (this.kills.size > 0) {
+    for (const wake of this.channelQueue.splice(0)) wake();
+    if (this.pendingKills.size > 0) {
       let timer: NodeJS.Timeout | undefined;
-      await Promise.race([Promise.allSettled([...this.kills]), new Promise((resolve) => (timer = setTimeout(resolve, CLOSE_KILL_WAIT_MS)))]);
+      await Promise.race([Promise.allSettled([...this.pendingKills]), new Promise((resolve) => (timer = setTimeout(resolve, CLOSE_KILL_WAIT_MS)))]);
       clearTimeout(timer);
     }
     this.current?.client.end();
@@ -354,7 +354,7 @@ export class SshSandbox extends BaseSandbox {
 
   /** The live connection, or a new one when there is none (the first call, or the last one was lost). */
   private connection(): Promise<Connection> {
-    if (this.closed) return Promise.reject(this.closedError());
+    if (this.closed) return Promise.reject(closedError(this.id));
     if (this.current?.alive) return Promise.resolve(this.current);
     this.connecting ??= this.open().finally(() => (this.connecting = undefined));
     return this.connecting;
@@ -373,7 +373,7 @@ export class SshSandbox extends BaseSandbox {
     }
     if (this.closed) {
       client.end();
-      throw this.closedError();
+      throw closedError(this.id);
     }
     // Commands are small request/response exchanges: Nagle's algorithm would add ~40 ms to each.
     client.setNoDelay(true);
@@ -506,8 +506,8 @@ export class SshSandbox extends BaseSandbox {
   /** KILL_SCRIPT on a channel of its own (outside the command limit, so it is never queued behind what it kills). */
   private kill(connection: Connection, pgid: number | undefined, marker: string | undefined): Promise<void> {
     const killing = this.killOn(connection, pgid, marker);
-    this.kills.add(killing);
-    void killing.finally(() => this.kills.delete(killing));
+    this.pendingKills.add(killing);
+    void killing.finally(() => this.pendingKills.delete(killing));
     return killing;
   }
 
@@ -525,22 +525,19 @@ export class SshSandbox extends BaseSandbox {
   }
 
   private async acquire(): Promise<void> {
-    if (this.running < MAX_COMMANDS) {
-      this.running++;
+    if (this.channelsInUse < MAX_COMMANDS) {
+      this.channelsInUse++;
       return;
     }
-    await new Promise<void>((resolve) => this.queue.push(resolve));
+    await new Promise<void>((resolve) => this.channelQueue.push(resolve));
   }
 
   private release(): void {
-    const next = this.queue.shift();
+    const next = this.channelQueue.shift();
     if (next) next();
-    else this.running--;
+    else this.channelsInUse--;
   }
 
-  private closedError(): StrataError {
-    return new StrataError("sandbox_closed", `Sandbox '${this.id}' is closed`);
-  }
 }
 
 type SftpCaller = <T>(start: (done: (error: Error | null | undefined, value?: T) => void) => void) => Promise<T>;
@@ -572,6 +569,10 @@ function guard<T>(connection: Connection, promise: Promise<T>): Promise<T> {
       },
     );
   });
+}
+
+function closedError(id: string): StrataError {
+  return errors.sandboxClosed(`Sandbox '${id}'`);
 }
 
 function lostError(cause?: unknown): StrataError {

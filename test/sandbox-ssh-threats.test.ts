@@ -1,0 +1,327 @@
+/**
+ * SshSandbox against a hostile network, a hostile command and other users of
+ * the machine, on the real OpenSSH server (scripts/services/40-sshd.sh, on
+ * this host): host-key checks, uploads that never follow a planted link,
+ * dropped and stalled connections, close() stopping remote work, secrets
+ * kept out of `ps`, and timeouts a timer cannot honour.
+ *
+ * A fault test kills (or stops) only the sshd processes serving its own
+ * connection, found by the client's local port with `ss`.
+ */
+import { execFileSync } from "node:child_process";
+import { createHmac, randomBytes, randomUUID } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { isStrataError } from "../core/errors.js";
+import { MAX_TIMEOUT_SECONDS } from "../core/limits.js";
+import { SshSandbox, type SshSandboxOptions } from "../sandboxes/ssh.js";
+import { sshService } from "./support/sandbox-services.js";
+
+const { options, home } = sshService();
+const root = `${home}/ssh-threats-${randomUUID()}`;
+const localDir = mkdtempSync(join(tmpdir(), "strata-ssh-threats-"));
+const bytes = (text: string) => new TextEncoder().encode(text);
+const text = (data: Uint8Array | null) => new TextDecoder().decode(data ?? new Uint8Array());
+
+const open: SshSandbox[] = [];
+async function fresh(extra: Partial<SshSandboxOptions> = {}): Promise<SshSandbox> {
+  const sandbox = await SshSandbox.connect({ ...options, workspace: `${root}/${randomUUID()}`, ...extra });
+  open.push(sandbox);
+  return sandbox;
+}
+
+afterAll(async () => {
+  await Promise.all(open.map((sandbox) => sandbox.close()));
+  const cleaner = await SshSandbox.connect({ ...options, workspace: home });
+  await cleaner.execute(`rm -rf -- '${root}'`);
+  await cleaner.close();
+  rmSync(localDir, { recursive: true, force: true });
+});
+
+async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error("expected a rejection");
+}
+
+/** The sshd processes serving this sandbox's current connection (and nothing else): by the client's local port. */
+function serverPids(sandbox: SshSandbox): number[] {
+  const localPort = (sandbox.client as unknown as { _sock: { localPort: number } })._sock.localPort;
+  const lines = execFileSync("ss", ["-tnpH", "state", "established", `( sport = :${options.port} and dport = :${localPort} )`], { encoding: "utf8" });
+  const pids = [...lines.matchAll(/pid=(\d+)/g)].map((match) => Number(match[1]));
+  expect(pids.length).toBeGreaterThan(0);
+  return [...new Set(pids)];
+}
+
+function signalServer(pids: number[], signal: NodeJS.Signals): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // Already gone with its sibling.
+    }
+  }
+}
+
+/** Processes of the remote user whose command line mentions `marker`, seen from another sandbox, polled until none is left. */
+async function remoteProcesses(marker: string, seconds = 3): Promise<string[]> {
+  const observer = await fresh();
+  const deadline = Date.now() + seconds * 1000;
+  for (;;) {
+    const { output } = await observer.execute(`ps -u ${options.username} -o pid=,stat=,args=`);
+    const found = output.split("\n").filter((line) => line.includes(marker) && !/^\s*\d+\s+Z/.test(line));
+    if (found.length === 0 || Date.now() > deadline) return found;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** grep's matches, whether it answers a list or `{ matches }`. */
+function matchCount(result: unknown): number {
+  return Array.isArray(result) ? result.length : (result as { matches: unknown[] }).matches.length;
+}
+
+const elapsed = (started: number) => (Date.now() - started) / 1000;
+
+describe("SshSandbox host key", () => {
+  const hostLine = options.hostKey!.trim();
+  const [keyType, keyBlob] = hostLine.split(/\s+/);
+  const hostName = `[${options.host}]:${options.port}`;
+
+  it("refuses to connect without a way to check the server's key, naming the options", async () => {
+    const { hostKey: _dropped, ...withoutKey } = options;
+    const error = await rejection(SshSandbox.connect({ ...withoutKey, workspace: `${root}/x` }));
+    expect(isStrataError(error, "invalid_argument")).toBe(true);
+    expect((error as Error).message).toMatch(/hostKey or knownHosts.*insecureAcceptAnyHostKey/);
+  });
+
+  it("refuses a wrong key before any command runs: the workspace is never made", async () => {
+    const workspace = `${root}/never-made-${randomUUID()}`;
+    const stranger = readFileSync(`${process.env.STRATA_SSH_KEY}.pub`, "utf8");
+    const error = await rejection(SshSandbox.connect({ ...options, hostKey: stranger, workspace }));
+    expect(isStrataError(error, "permission_denied")).toBe(true);
+    expect((error as Error).message).toMatch(/host key does not match/);
+    const checker = await fresh();
+    expect((await checker.execute(`test -e '${workspace}' && echo made || echo absent`)).output).toBe("absent\n");
+  });
+
+  it("accepts a known_hosts file, plain or hashed, and refuses one that lists another key or only other hosts", async () => {
+    const withoutKey = { hostKey: undefined };
+    const file = (name: string, content: string) => {
+      const path = join(localDir, name);
+      writeFileSync(path, content);
+      return path;
+    };
+    const salt = randomBytes(20);
+    const hashed = `|1|${salt.toString("base64")}|${createHmac("sha1", salt).update(hostName).digest("base64")}`;
+    for (const knownHosts of [
+      file("plain", `# comment\nother.example ${keyType} AAAAother\n${hostName} ${keyType} ${keyBlob}\n`),
+      file("hashed", `${hashed} ${keyType} ${keyBlob}\n`),
+    ]) {
+      const sandbox = await fresh({ ...withoutKey, knownHosts });
+      expect((await sandbox.execute("echo in")).output).toBe("in\n");
+    }
+    const stranger = readFileSync(`${process.env.STRATA_SSH_KEY}.pub`, "utf8").trim().split(/\s+/);
+    const wrong = file("wrong", `${hostName} ${stranger[0]} ${stranger[1]}\n`);
+    await expect(fresh({ ...withoutKey, knownHosts: wrong })).rejects.toMatchObject({ code: "permission_denied" });
+    const otherHost = file("other", `[${options.host}]:1 ${keyType} ${keyBlob}\n`);
+    await expect(fresh({ ...withoutKey, knownHosts: otherHost })).rejects.toMatchObject({ code: "permission_denied" });
+    const revoked = file("revoked", `${hostName} ${keyType} ${keyBlob}\n@revoked * ${keyType} ${keyBlob}\n`);
+    await expect(fresh({ ...withoutKey, knownHosts: revoked })).rejects.toMatchObject({ code: "permission_denied" });
+    const missing = await rejection(fresh({ ...withoutKey, knownHosts: join(localDir, "no-such-file") }));
+    expect(isStrataError(missing, "invalid_argument")).toBe(true);
+    expect((missing as Error).message).not.toContain(localDir);
+  });
+
+  it("connects to any server only when asked by the loudly named opt-out", async () => {
+    const sandbox = await fresh({ hostKey: undefined, insecureAcceptAnyHostKey: true });
+    expect((await sandbox.execute("echo in")).output).toBe("in\n");
+  });
+});
+
+describe("SshSandbox uploads", () => {
+  it("replaces a symlink at the target instead of writing through it, as write does", async () => {
+    const sandbox = await fresh();
+    const outside = `${root}/outside-${randomUUID()}.txt`;
+    await sandbox.execute(`echo precious > '${outside}' && ln -s '${outside}' up.txt && ln -s '${outside}' wr.txt`);
+    expect(await sandbox.uploadFiles([["/up.txt", bytes("uploaded")]])).toEqual([{ path: "/up.txt", error: null }]);
+    expect((await sandbox.write("/wr.txt", "written", { overwrite: true })).error).toBeUndefined();
+    const { output } = await sandbox.execute(`cat '${outside}'; for f in up.txt wr.txt; do test -L $f && echo "$f link" || echo "$f file: $(cat $f)"; done`);
+    expect(output).toBe("precious\nup.txt file: uploaded\nwr.txt file: written\n");
+  });
+
+  it("refuses a symlinked parent directory that leads out of the workspace, and follows one that stays inside", async () => {
+    const sandbox = await fresh();
+    const outside = `${root}/outside-dir-${randomUUID()}`;
+    await sandbox.execute(`mkdir -p '${outside}' real && ln -s '${outside}' out && ln -s real alias && ln -s ../.. up`);
+    const responses = await sandbox.uploadFiles([
+      ["/out/planted.txt", bytes("no")],
+      ["/out/deeper/planted.txt", bytes("no")],
+      ["/up/planted.txt", bytes("no")],
+      ["/alias/kept.txt", bytes("inside")],
+    ]);
+    expect(responses.map((r) => r.error)).toEqual(["permission_denied", "permission_denied", "permission_denied", null]);
+    const { output } = await sandbox.execute(`ls -A '${outside}' | wc -l; ls ../.. | grep -c planted; cat real/kept.txt`);
+    expect(output).toBe("0\n0\ninside");
+  });
+
+  it("replaces atomically: a reader holding the old file sees it whole, the mode is kept, no temporary file is left", async () => {
+    const sandbox = await fresh();
+    const size = 4 * 1024 * 1024;
+    await sandbox.uploadFiles([["/f.bin", new Uint8Array(size).fill(97)]]);
+    await sandbox.execute("chmod 751 f.bin");
+    // The reader opens the file, then waits for the upload to finish before reading it through its descriptor.
+    const reader = sandbox.execute("exec 3<f.bin; echo opened; while [ ! -e done ]; do sleep 0.05; done; tr -d a <&3 | wc -c; wc -c <&3", { timeout: 30 });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(await sandbox.uploadFiles([["/f.bin", new Uint8Array(size).fill(98)]])).toEqual([{ path: "/f.bin", error: null }]);
+    await sandbox.execute("touch done");
+    // In-place writes would show 'b's (or a truncated file) through the reader's descriptor.
+    expect((await reader).output).toBe("opened\n0\n0\n");
+    const { output } = await sandbox.execute("stat -c %a f.bin; tr -d b < f.bin | wc -c; ls -A");
+    expect(output).toBe("751\n0\ndone\nf.bin\n");
+  });
+});
+
+describe("SshSandbox when the connection drops", () => {
+  const big = new Uint8Array(50 * 1024 * 1024).fill(120);
+
+  it("answers a 50 MB upload cut mid-way per item, within seconds, and the next call reconnects", async () => {
+    const sandbox = await fresh();
+    const pids = serverPids(sandbox);
+    const started = Date.now();
+    const upload = sandbox.uploadFiles([["/big.bin", big]]);
+    setTimeout(() => signalServer(pids, "SIGKILL"), 150);
+    expect(await upload).toEqual([{ path: "/big.bin", error: "permission_denied" }]);
+    expect(elapsed(started)).toBeLessThan(10);
+    expect(await sandbox.execute("echo back")).toMatchObject({ output: "back\n", exitCode: 0 });
+    expect(sandbox.stats.connections).toBe(2);
+    // The cut file never replaced anything: the target does not exist.
+    expect((await sandbox.execute("test -e big.bin && echo there || echo absent")).output).toBe("absent\n");
+  });
+
+  it("answers a 50 MB download cut mid-way per item (never a throw), and the next call reconnects", async () => {
+    const sandbox = await fresh();
+    await sandbox.execute("head -c 52428800 /dev/zero > big.bin");
+    const pids = serverPids(sandbox);
+    const download = sandbox.downloadFiles(["/big.bin", "/big.bin"]);
+    setTimeout(() => signalServer(pids, "SIGKILL"), 100);
+    const started = Date.now();
+    expect(await download).toEqual([
+      { path: "/big.bin", content: null, error: "permission_denied" },
+      { path: "/big.bin", content: null, error: "permission_denied" },
+    ]);
+    expect(elapsed(started)).toBeLessThan(10);
+    const [again] = await sandbox.downloadFiles(["/big.bin"]);
+    expect(again!.content?.length).toBe(52428800);
+  });
+
+  it("rejects a command cut mid-run with unavailable (not an exit code), and the next call reconnects", async () => {
+    const sandbox = await fresh();
+    const pids = serverPids(sandbox);
+    const running = sandbox.execute("echo started; sleep 5");
+    setTimeout(() => signalServer(pids, "SIGKILL"), 300);
+    const error = await rejection(running);
+    expect(isStrataError(error, "unavailable")).toBe(true);
+    expect((await sandbox.execute("echo back")).output).toBe("back\n");
+    expect(await sandbox.downloadFiles(["/missing"])).toEqual([{ path: "/missing", content: null, error: "file_not_found" }]);
+  });
+
+  it("gives up on a server that stops answering at the keepalive limit: unavailable, then a new connection", async () => {
+    const sandbox = await fresh({ keepaliveInterval: 1 });
+    const pids = serverPids(sandbox);
+    const started = Date.now();
+    const running = sandbox.execute("sleep 20", { timeout: 60 });
+    const upload = sandbox.uploadFiles([["/stalled.bin", big]]);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    signalServer(pids, "SIGSTOP");
+    try {
+      expect(isStrataError(await rejection(running), "unavailable")).toBe(true);
+      expect(await upload).toEqual([{ path: "/stalled.bin", error: "permission_denied" }]);
+      expect(elapsed(started)).toBeLessThan(10);
+    } finally {
+      signalServer(pids, "SIGKILL");
+    }
+    expect((await sandbox.execute("echo back")).output).toBe("back\n");
+  });
+});
+
+describe("SshSandbox close", () => {
+  it("kills the running remote command and answers its call, and one still queued, with sandbox_closed", async () => {
+    const sandbox = await fresh();
+    const marker = `93${Math.floor(Math.random() * 1e6)}`;
+    // Seven commands: six hold the channels, the seventh waits in the queue.
+    const calls = Array.from({ length: 7 }, (_, i) => rejection(sandbox.execute(`sleep ${marker}${i}`)));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const started = Date.now();
+    await sandbox.close();
+    expect(elapsed(started)).toBeLessThan(6);
+    for (const error of await Promise.all(calls)) expect(isStrataError(error, "sandbox_closed")).toBe(true);
+    expect(await remoteProcesses(marker)).toEqual([]);
+  });
+});
+
+describe("SshSandbox keeps secrets out of argv", () => {
+  /** Every argv on this host (sshd runs here), sampled until `until` settles. */
+  async function sampleArgs(until: Promise<unknown>): Promise<string[]> {
+    let done = false;
+    void until.finally(() => (done = true)).catch(() => undefined);
+    const samples: string[] = [];
+    while (!done) {
+      samples.push(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" }));
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    return samples;
+  }
+
+  it("sends env values over stdin: ps shows neither the value nor the sandbox's own env", async () => {
+    const secret = `xyz${randomUUID().replace(/-/g, "")}`;
+    const sandbox = await fresh({ env: { SANDBOX_SECRET: `${secret}-sandbox` } });
+    const visible = `sleep 2.${Math.floor(Math.random() * 1e6)}`;
+    const run = sandbox.execute(`${visible}; printf '%s|%s' "$SECRET" "$SANDBOX_SECRET"`, { env: { SECRET: secret } });
+    const samples = await sampleArgs(run);
+    expect((await run).output).toBe(`${secret}|${secret}-sandbox`);
+    // The sampler sees the remote user's processes (the command itself is there), but never the secret.
+    expect(samples.some((sample) => sample.includes(visible))).toBe(true);
+    expect(samples.filter((sample) => sample.includes(secret))).toEqual([]);
+  });
+
+  it("sends grep patterns over stdin: ps never shows the pattern", async () => {
+    const sandbox = await fresh();
+    const pattern = `pw-${randomUUID()}`;
+    await sandbox.uploadFiles(Array.from({ length: 200 }, (_, i) => [`/d${i % 20}/f${i}.txt`, bytes(`line\n${i % 50 === 0 ? pattern : "other"}\n`)] as const));
+    const searches = (async () => {
+      let found = 0;
+      const until = Date.now() + 2000;
+      while (Date.now() < until) found = matchCount(await sandbox.grep(pattern, "/"));
+      return found;
+    })();
+    const samples = await sampleArgs(searches);
+    expect(await searches).toBe(4);
+    expect(samples.length).toBeGreaterThan(10);
+    expect(samples.filter((sample) => sample.includes(pattern))).toEqual([]);
+  });
+
+  it("passes env values with newlines, carriage returns, quotes and the splice variable's own name exactly", async () => {
+    const sandbox = await fresh();
+    const value = `a\nb\r\nc '"$strata_nl"' $(id) \`id\` \\ ${"z".repeat(100_000)}\n`;
+    const result = await sandbox.execute('printf "%s" "$V"; cat', { env: { V: value }, stdin: "then stdin\n" });
+    expect(result.output).toBe(`${value}then stdin\n`);
+  });
+});
+
+describe("SshSandbox timeouts", () => {
+  it("refuses a timeout no timer can honour, and honours the largest one", async () => {
+    const sandbox = await fresh();
+    await expect(sandbox.execute("true", { timeout: MAX_TIMEOUT_SECONDS + 1 })).rejects.toMatchObject({ code: "invalid_argument" });
+    await expect(sandbox.execute("true", { timeout: 2_592_000 })).rejects.toMatchObject({ code: "invalid_argument" });
+    await expect(fresh({ timeout: 2_592_000 })).rejects.toMatchObject({ code: "invalid_argument" });
+    await expect(fresh({ connectTimeout: 2_592_000 })).rejects.toMatchObject({ code: "invalid_argument" });
+    expect(await sandbox.execute("sleep 0.2; echo ran", { timeout: MAX_TIMEOUT_SECONDS })).toMatchObject({ output: "ran\n", exitCode: 0 });
+    const patient = await fresh({ timeout: MAX_TIMEOUT_SECONDS });
+    expect(await patient.execute("sleep 0.2; echo ran")).toMatchObject({ output: "ran\n", exitCode: 0 });
+  });
+});
