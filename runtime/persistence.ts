@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from "node:crypto";
 import { constants } from "node:fs";
-import { chmod, link, mkdir, open, readdir, rename, rm, stat, unlink, utimes } from "node:fs/promises";
+import { link, lstat, lutimes, mkdir, open, readdir, rename, rm, stat, unlink } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { z } from "zod";
 import { StrataError } from "../core/errors.js";
@@ -24,6 +24,14 @@ import { providers as defaultProviders, type ProviderRegistry } from "./registry
  * none, never half of one. Directories are created 0700 and records 0600,
  * since a record tells where a sandbox is. Ids are checked against a strict
  * pattern, so no id can reach outside the root.
+ *
+ * The registry never follows a link: a `local/` or `remote/` that is a
+ * symbolic link, or that (like the root) belongs to another user, is refused
+ * with `permission_denied` before anything is written, chmodded or removed,
+ * and entries are read, touched and removed without following links. A local
+ * directory carries a marker (`local/.<id>.created`) written when the
+ * registry made it; `pruneLocal` and `listLocal` only see marked ones, so a
+ * directory put there by anything else is never pruned.
  */
 
 export interface LocalSandboxEntry {
@@ -90,34 +98,39 @@ export class PersistentSandboxRegistry {
 
   /** Creates a directory under a fresh id. */
   async allocLocal(): Promise<LocalSandboxEntry> {
-    await this.#ensureDir(join(this.root, "local"));
+    await this.#ownDir("local", true);
     for (;;) {
       const id = randomUUID();
       const path = this.localPath(id);
-      try {
-        await mkdir(path, { mode: 0o700 });
-      } catch (error) {
-        if (errorCode(error) === "EEXIST") continue;
-        throw ioError("create a local sandbox directory", error);
-      }
-      return { id, path, modifiedAt: (await stat(path)).mtime };
+      if (!(await this.#makeLocal(id))) continue;
+      return { id, path, modifiedAt: (await lstat(path)).mtime };
     }
   }
 
   /** The directory of `id`, created if missing and marked as used now (so pruning spares it). */
   async ensureLocal(id: string): Promise<string> {
     const path = this.localPath(id);
-    await this.#ensureDir(join(this.root, "local"));
-    await this.#ensureDir(path);
+    await this.#ownDir("local", true);
+    if (!(await this.#makeLocal(id))) {
+      // Already there: use it only if it is a real directory of ours, never through a link.
+      const info = await lstat(path).catch((error: unknown) => {
+        throw ioError(`use local sandbox '${id}'`, error);
+      });
+      if (!info.isDirectory() || !ownedByUs(info)) {
+        throw new StrataError("permission_denied", `Local sandbox '${id}' is not a directory the registry can use (a link, a file, or another user's)`);
+      }
+    }
     await this.touchLocal(id);
     return path;
   }
 
   /** Marks a local sandbox as used now. False when it does not exist. */
   async touchLocal(id: string): Promise<boolean> {
+    const path = this.localPath(id);
+    if (!(await this.#ownDir("local", false))) return false;
     const now = new Date();
     try {
-      await utimes(this.localPath(id), now, now);
+      await lutimes(path, now, now);
       return true;
     } catch (error) {
       if (errorCode(error) === "ENOENT") return false;
@@ -125,19 +138,28 @@ export class PersistentSandboxRegistry {
     }
   }
 
+  /** The local sandboxes the registry made: real directories with its marker; links and strangers are left out. */
   async listLocal(): Promise<LocalSandboxEntry[]> {
+    const dir = await this.#ownDir("local", false);
+    if (!dir) return [];
     const entries: LocalSandboxEntry[] = [];
-    for (const id of await this.#names(join(this.root, "local"))) {
+    for (const id of await this.#names(dir)) {
+      if (!ID.test(id)) continue;
       const path = this.localPath(id);
-      const info = await stat(path).catch(() => undefined);
-      if (info?.isDirectory()) entries.push({ id, path, modifiedAt: info.mtime });
+      const info = await lstat(path).catch(() => undefined);
+      if (info?.isDirectory() && ownedByUs(info) && (await this.#marked(id))) entries.push({ id, path, modifiedAt: info.mtime });
     }
     return entries;
   }
 
   /** Removes a local sandbox directory and everything in it. False when it was not there. */
   async deleteLocal(id: string): Promise<boolean> {
-    return this.#remove(this.localPath(id), async (trash) => rm(trash, { recursive: true, force: true }));
+    const path = this.localPath(id);
+    if (!(await this.#ownDir("local", false))) return false;
+    // rm removes a link itself, never what it points to.
+    const gone = await this.#remove(path, async (trash) => rm(trash, { recursive: true, force: true }));
+    if (gone) await this.#unmark(id);
+    return gone;
   }
 
   /** Removes local sandboxes not modified or touched for `olderThan` ms; returns their ids. */
@@ -147,11 +169,17 @@ export class PersistentSandboxRegistry {
     for (const entry of await this.listLocal()) {
       if (entry.modifiedAt.getTime() >= cutoff) continue;
       const gone = await this.#remove(entry.path, async (trash) => {
+        const info = await lstat(trash);
         // Touched in the moment between listing and removal: put it back (rename fails if a new one took its place).
-        if ((await stat(trash)).mtime.getTime() >= cutoff && (await rename(trash, entry.path).then(() => true, () => false))) return false;
+        if (info.mtime.getTime() >= cutoff && (await rename(trash, entry.path).then(() => true, () => false))) return false;
+        // Swapped for something else since it was listed: not ours to remove; leave it under its hidden name.
+        if (!info.isDirectory() || !ownedByUs(info)) return false;
         await rm(trash, { recursive: true, force: true });
       });
-      if (gone) removed.push(entry.id);
+      if (gone) {
+        await this.#unmark(entry.id);
+        removed.push(entry.id);
+      }
     }
     return removed;
   }
@@ -198,11 +226,12 @@ export class PersistentSandboxRegistry {
   /** The record of `id`, or undefined when there is none. */
   async loadRemote(id: string): Promise<RemoteSandboxRecord | undefined> {
     const path = this.#recordPath(id);
+    if (!(await this.#ownDir("remote", false))) return undefined;
     let text: string;
     let touched: Date;
     try {
       // Read through one descriptor, so content and mtime belong to the same file even if it is replaced meanwhile.
-      const file = await open(path, "r");
+      const file = await open(path, constants.O_RDONLY | NOFOLLOW);
       try {
         text = await file.readFile("utf8");
         touched = (await file.stat()).mtime;
@@ -211,6 +240,7 @@ export class PersistentSandboxRegistry {
       }
     } catch (error) {
       if (errorCode(error) === "ENOENT") return undefined;
+      if (errorCode(error) === "ELOOP") throw new StrataError("permission_denied", `Remote sandbox record '${id}' is a symbolic link; refusing to follow it`);
       throw ioError(`read remote sandbox record '${id}'`, error);
     }
     return { ...parseRecord(id, text), touchedAt: touched.toISOString() };
@@ -218,8 +248,10 @@ export class PersistentSandboxRegistry {
 
   /** Every readable record, oldest first. A damaged file is skipped, not fatal. */
   async listRemote(): Promise<RemoteSandboxRecord[]> {
+    const dir = await this.#ownDir("remote", false);
+    if (!dir) return [];
     const records: RemoteSandboxRecord[] = [];
-    for (const name of await this.#names(join(this.root, "remote"))) {
+    for (const name of await this.#names(dir)) {
       if (!name.endsWith(".json")) continue;
       const id = name.slice(0, -".json".length);
       if (!ID.test(id)) continue;
@@ -231,9 +263,11 @@ export class PersistentSandboxRegistry {
 
   /** Marks a record as used now. False when it does not exist. Never recreates a record another process deleted. */
   async touchRemote(id: string): Promise<boolean> {
+    const path = this.#recordPath(id);
+    if (!(await this.#ownDir("remote", false))) return false;
     const now = new Date();
     try {
-      await utimes(this.#recordPath(id), now, now);
+      await lutimes(path, now, now);
       return true;
     } catch (error) {
       if (errorCode(error) === "ENOENT") return false;
@@ -243,22 +277,26 @@ export class PersistentSandboxRegistry {
 
   /** Forgets a record (the sandbox itself is left alone). False when it was not there. */
   async deleteRemote(id: string): Promise<boolean> {
-    return this.#remove(this.#recordPath(id), (trash) => unlink(trash));
+    const path = this.#recordPath(id);
+    if (!(await this.#ownDir("remote", false))) return false;
+    return this.#remove(path, (trash) => unlink(trash));
   }
 
   /** Removes records not written or touched for `olderThan` ms; returns their ids. The sandboxes are left alone. */
   async pruneRemote({ olderThan }: PruneOptions): Promise<string[]> {
     const cutoff = pruneCutoff(olderThan);
     const removed: string[] = [];
-    for (const name of await this.#names(join(this.root, "remote"))) {
+    const dir = await this.#ownDir("remote", false);
+    if (!dir) return removed;
+    for (const name of await this.#names(dir)) {
       const id = name.endsWith(".json") ? name.slice(0, -".json".length) : "";
       if (!ID.test(id)) continue;
       const path = this.#recordPath(id);
-      const info = await stat(path).catch(() => undefined);
-      if (!info || info.mtime.getTime() >= cutoff) continue;
+      const info = await lstat(path).catch(() => undefined);
+      if (!info?.isFile() || info.mtime.getTime() >= cutoff) continue;
       const gone = await this.#remove(path, async (trash) => {
         // Touched in between: link it back unless a newer record took its place, which then wins.
-        if ((await stat(trash)).mtime.getTime() >= cutoff) {
+        if ((await lstat(trash)).mtime.getTime() >= cutoff) {
           await link(trash, path).catch(() => {});
           await unlink(trash);
           return false;
@@ -288,8 +326,7 @@ export class PersistentSandboxRegistry {
   }
 
   async #writeRecord(record: z.output<typeof RecordSchema>): Promise<void> {
-    const dir = join(this.root, "remote");
-    await this.#ensureDir(dir);
+    const dir = (await this.#ownDir("remote", true))!;
     const temp = join(dir, `.${record.id}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
     try {
       const file = await open(temp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL, 0o600);
@@ -322,14 +359,73 @@ export class PersistentSandboxRegistry {
     return (await finish(trash)) !== false;
   }
 
-  async #ensureDir(path: string): Promise<void> {
+  /**
+   * The path of `local/` or `remote/` once it is known to be the registry's
+   * own: the root and it belong to this user, and it is a real directory (opened
+   * with O_NOFOLLOW, so a link is never followed, not even to chmod it). With
+   * `create` it is made if missing and made private; without, undefined when
+   * it does not exist.
+   */
+  async #ownDir(name: "local" | "remote", create: boolean): Promise<string | undefined> {
+    const dir = join(this.root, name);
     try {
-      await mkdir(path, { recursive: true, mode: 0o700 });
-      // mkdir's mode is filtered by the umask and ignored for existing directories.
-      await chmod(path, 0o700);
+      if (create) await mkdir(this.root, { recursive: true, mode: 0o700 });
+      const root = await stat(this.root);
+      if (!root.isDirectory() || !ownedByUs(root)) {
+        throw new StrataError("permission_denied", "The sandbox registry's root is not a directory of this user; refusing to use it");
+      }
+      if (create) await mkdir(dir, { mode: 0o700 }).catch((error: unknown) => {
+        if (errorCode(error) !== "EEXIST") throw error;
+      });
+      const handle = await open(dir, constants.O_RDONLY | DIRECTORY | NOFOLLOW);
+      try {
+        const info = await handle.stat();
+        if (!ownedByUs(info)) throw new StrataError("permission_denied", `The sandbox registry's ${name} directory belongs to another user; refusing to use it`);
+        // mkdir's mode is filtered by the umask and ignored for an existing directory; fchmod cannot be redirected.
+        if (create && (info.mode & 0o777) !== 0o700) await handle.chmod(0o700);
+      } finally {
+        await handle.close();
+      }
+      return dir;
     } catch (error) {
-      throw ioError("create the sandbox registry directory", error);
+      if (!create && errorCode(error) === "ENOENT") return undefined;
+      if (errorCode(error) === "ELOOP" || errorCode(error) === "ENOTDIR") {
+        throw new StrataError("permission_denied", `The sandbox registry's ${name} directory is a symbolic link or not a directory; refusing to follow it`, { cause: error });
+      }
+      throw ioError("open the sandbox registry directory", error);
     }
+  }
+
+  /** Makes local/<id> with the registry's marker; false when something is already there. */
+  async #makeLocal(id: string): Promise<boolean> {
+    try {
+      await mkdir(this.localPath(id), { mode: 0o700 });
+    } catch (error) {
+      if (errorCode(error) === "EEXIST") return false;
+      throw ioError("create a local sandbox directory", error);
+    }
+    try {
+      const marker = await open(this.#markerPath(id), constants.O_WRONLY | constants.O_CREAT | NOFOLLOW, 0o600);
+      await marker.close();
+    } catch (error) {
+      throw ioError("mark a local sandbox directory", error);
+    }
+    return true;
+  }
+
+  #markerPath(id: string): string {
+    return join(this.root, "local", `.${validateSandboxId(id)}.created`);
+  }
+
+  async #marked(id: string): Promise<boolean> {
+    const info = await lstat(this.#markerPath(id)).catch(() => undefined);
+    return info?.isFile() === true;
+  }
+
+  /** Drops the marker of a removed directory, unless a new one took its place meanwhile. */
+  async #unmark(id: string): Promise<void> {
+    if (await lstat(this.localPath(id)).then(() => true, () => false)) return;
+    await unlink(this.#markerPath(id)).catch(() => {});
   }
 
   /** Entry names of a directory, without hidden (temporary) ones; [] when it does not exist. */
@@ -360,6 +456,14 @@ function pruneCutoff(olderThan: number): number {
     throw new StrataError("invalid_argument", "olderThan must be a non-negative number of milliseconds");
   }
   return Date.now() - olderThan;
+}
+
+const NOFOLLOW = constants.O_NOFOLLOW ?? 0;
+const DIRECTORY = constants.O_DIRECTORY ?? 0;
+
+/** True for what this process's user owns (always, where there are no uids). */
+function ownedByUs(info: { uid: number }): boolean {
+  return process.getuid === undefined || info.uid === process.getuid();
 }
 
 function errorCode(error: unknown): string | undefined {

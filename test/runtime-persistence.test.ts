@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -151,6 +151,119 @@ describe("persistent sandbox registry: remote records", () => {
   });
 });
 
+describe("persistent sandbox registry: links and other users' directories", () => {
+  const refused = (error: unknown) => isStrataError(error, "permission_denied") && !(error as Error).message.includes(root);
+  /** A directory outside the registry that a link or a mistake points at: mode 0755, a file, an old subdirectory. */
+  function victim(): { path: string; snapshot: () => unknown } {
+    const path = join(root, "..", "victim");
+    mkdirSync(join(path, "project"), { recursive: true });
+    writeFileSync(join(path, "keep.txt"), "precious");
+    writeFileSync(join(path, "old.json"), JSON.stringify({ version: 1, id: "old", provider: "docker", remoteId: "x", spec: null, createdAt: "2020-01-01T00:00:00.000Z" }));
+    // Registry-looking leftovers, so a registry that followed the link would find something to prune.
+    writeFileSync(join(path, ".project.created"), "");
+    chmodSync(path, 0o755);
+    utimesSync(join(path, "project"), hoursAgo(48), hoursAgo(48));
+    utimesSync(join(path, "old.json"), hoursAgo(48), hoursAgo(48));
+    const snapshot = () => ({
+      mode: mode(path),
+      names: readdirSync(path).sort(),
+      keep: readFileSync(join(path, "keep.txt"), "utf8"),
+      modes: readdirSync(path).map((name) => mode(join(path, name))),
+    });
+    return { path, snapshot };
+  }
+
+  it("a symlinked local/ is refused by every local operation, and its target is untouched", async () => {
+    const target = victim();
+    const before = target.snapshot();
+    mkdirSync(root, { mode: 0o700 });
+    symlinkSync(target.path, join(root, "local"));
+    const registry = new PersistentSandboxRegistry({ root });
+    await expect(registry.allocLocal()).rejects.toSatisfy(refused);
+    await expect(registry.ensureLocal("project")).rejects.toSatisfy(refused);
+    await expect(registry.listLocal()).rejects.toSatisfy(refused);
+    await expect(registry.pruneLocal({ olderThan: 0 })).rejects.toSatisfy(refused);
+    await expect(registry.deleteLocal("project")).rejects.toSatisfy(refused);
+    await expect(registry.touchLocal("project")).rejects.toSatisfy(refused);
+    expect(target.snapshot()).toEqual(before);
+    expect(lstatSync(join(root, "local")).isSymbolicLink()).toBe(true);
+  });
+
+  it("a symlinked remote/ is refused by every record operation, and its target is untouched", async () => {
+    const target = victim();
+    const before = target.snapshot();
+    mkdirSync(root, { mode: 0o700 });
+    symlinkSync(target.path, join(root, "remote"));
+    const registry = new PersistentSandboxRegistry({ root });
+    await expect(registry.recordRemote("docker", "c1", null, { id: "new" })).rejects.toSatisfy(refused);
+    await expect(registry.loadRemote("old")).rejects.toSatisfy(refused);
+    await expect(registry.listRemote()).rejects.toSatisfy(refused);
+    await expect(registry.touchRemote("old")).rejects.toSatisfy(refused);
+    await expect(registry.pruneRemote({ olderThan: 0 })).rejects.toSatisfy(refused);
+    await expect(registry.deleteRemote("old")).rejects.toSatisfy(refused);
+    expect(target.snapshot()).toEqual(before);
+  });
+
+  it("a local/, remote/ or root owned by another user is refused and left as it was", async () => {
+    const registry = new PersistentSandboxRegistry({ root });
+    await registry.ensureLocal("mine");
+    await registry.recordRemote("docker", "c1", null, { id: "mine" });
+    for (const name of ["local", "remote"]) {
+      const dir = join(root, name);
+      chownSync(dir, 65534, 65534);
+      chmodSync(dir, 0o755);
+      const before = readdirSync(dir).sort();
+      const attempts: Array<() => Promise<unknown>> =
+        name === "local"
+          ? [() => registry.ensureLocal("other"), () => registry.allocLocal(), () => registry.listLocal(), () => registry.pruneLocal({ olderThan: 0 }), () => registry.deleteLocal("mine")]
+          : [() => registry.recordRemote("docker", "c2", null, { id: "other" }), () => registry.loadRemote("mine"), () => registry.pruneRemote({ olderThan: 0 }), () => registry.deleteRemote("mine")];
+      for (const attempt of attempts) await expect(attempt()).rejects.toSatisfy(refused);
+      expect(readdirSync(dir).sort()).toEqual(before);
+      expect(mode(dir)).toBe(0o755);
+      expect(statSync(dir).uid).toBe(65534);
+      chownSync(dir, process.getuid!(), process.getgid!());
+    }
+    chownSync(root, 65534, 65534);
+    await expect(registry.ensureLocal("mine")).rejects.toSatisfy(refused);
+    await expect(registry.listRemote()).rejects.toSatisfy(refused);
+  });
+
+  it("pruneLocal and listLocal leave alone a directory the registry did not make, and links in local/", async () => {
+    const target = victim();
+    const before = target.snapshot();
+    const registry = new PersistentSandboxRegistry({ root });
+    const made = await registry.ensureLocal("made");
+    const planted = join(root, "local", "planted");
+    mkdirSync(planted);
+    writeFileSync(join(planted, "work.txt"), "not the registry's");
+    symlinkSync(target.path, join(root, "local", "linked"));
+    for (const path of [made, planted]) utimesSync(path, hoursAgo(48), hoursAgo(48));
+    expect((await registry.listLocal()).map((entry) => entry.id)).toEqual(["made"]);
+    expect(await registry.pruneLocal({ olderThan: 3_600_000 })).toEqual(["made"]);
+    expect(readFileSync(join(planted, "work.txt"), "utf8")).toBe("not the registry's");
+    expect(lstatSync(join(root, "local", "linked")).isSymbolicLink()).toBe(true);
+    expect(target.snapshot()).toEqual(before);
+    // Using a link's id is refused rather than followed.
+    await expect(registry.ensureLocal("linked")).rejects.toSatisfy(refused);
+    expect(await registry.touchLocal("linked")).toBe(true); // touches the link itself
+    expect(target.snapshot()).toEqual(before);
+  });
+
+  it("a record that is a symbolic link is not read through, touched through or pruned through", async () => {
+    const target = victim();
+    const before = target.snapshot();
+    const registry = new PersistentSandboxRegistry({ root });
+    await registry.recordRemote("docker", "c1", null, { id: "real" });
+    symlinkSync(join(target.path, "old.json"), join(root, "remote", "old.json"));
+    await expect(registry.loadRemote("old")).rejects.toSatisfy(refused);
+    expect((await registry.listRemote()).map((r) => r.id)).toEqual(["real"]);
+    await registry.touchRemote("old");
+    expect(await registry.pruneRemote({ olderThan: 3_600_000 })).toEqual([]);
+    expect(target.snapshot()).toEqual(before);
+    expect(statSync(join(target.path, "old.json")).mtime.getTime()).toBeLessThan(Date.now() - 3_600_000);
+  });
+});
+
 describe("persistent sandbox registry: two processes at once", () => {
   const worker = fileURLToPath(new URL("./fixtures/runtime-registry-worker.ts", import.meta.url));
 
@@ -218,7 +331,9 @@ describe("persistent sandbox registry: two processes at once", () => {
     const fresh = Array.from({ length: 10 }, (_, k) => String(k * 3));
     expect((await registry.listRemote()).map((r) => r.id).sort()).toEqual(fresh.map((i) => `r${i}`).sort());
     expect((await registry.listLocal()).map((e) => e.id).sort()).toEqual(fresh.map((i) => `l${i}`).sort());
-    expect(readdirSync(join(root, "local")).filter((name) => name.startsWith("."))).toEqual([]);
+    // No half-removed directories are left, and only the fresh ones keep the registry's marker.
+    const hidden = readdirSync(join(root, "local")).filter((name) => name.startsWith("."));
+    expect(hidden.sort()).toEqual(fresh.map((i) => `.l${i}.created`).sort());
   });
 });
 
