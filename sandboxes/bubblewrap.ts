@@ -27,11 +27,10 @@ import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { randomBytes } from "node:crypto";
 import { StrataError, errors } from "../core/errors.js";
-import { type Quota, validateQuota } from "../core/limits.js";
 import { normalizePath } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileUploadResponse } from "../core/types.js";
 import { FilesystemBackend } from "../backends/filesystem.js";
-import { BaseSandbox, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
+import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
 import { checkTimeout, runProcess } from "./process.js";
 import { checkCommand } from "./remote-command.js";
 import { createCgroups, oomKills, removeCgroup } from "./cgroups.js";
@@ -54,7 +53,7 @@ import {
 
 export type { SandboxUser } from "./bubblewrap-host.js";
 
-export interface BubblewrapSandboxOptions {
+export interface BubblewrapSandboxOptions extends BaseSandboxOptions {
   /**
    * Host directory mounted at /workspace. Default: a fresh temporary
    * directory, removed by `close()`. When this process is root, the
@@ -97,14 +96,10 @@ export interface BubblewrapSandboxOptions {
    * this process is not root: commands then run as this process's own user.
    */
   sandboxUser?: SandboxUser;
-  /**
-   * Limits on the workspace (default { maxBytes: 2 GiB }). `maxBytes` bounds
-   * every single file a command writes (RLIMIT_FSIZE: the write fails, the
-   * writer gets SIGXFSZ), the private /tmp as a whole, and uploads (total
-   * bytes, `quota_exceeded`); `maxFiles` bounds uploads. Commands are not
-   * held to a total across many files; see docs/sandboxes.md.
-   */
-  quota?: Quota;
+  // `quota` (BaseSandboxOptions, default DEFAULT_SANDBOX_QUOTA): `maxBytes` also bounds every single file
+  // a command writes (RLIMIT_FSIZE: the write fails, the writer gets SIGXFSZ) and the private /tmp as a
+  // whole (a sized tmpfs); uploads are held to the whole quota. Commands are not held to a total across
+  // many files; see docs/sandboxes.md.
 }
 
 /**
@@ -118,9 +113,6 @@ export interface BubblewrapLimits {
   processes: "cgroup" | "rlimit" | "none";
   cpu: "rlimit" | "none";
 }
-
-/** The workspace quota when none is given. */
-export const DEFAULT_WORKSPACE_BYTES = 2 * 1024 * 1024 * 1024;
 
 /** Where the workspace appears inside the sandbox. */
 const SANDBOX_WORKSPACE = "/workspace";
@@ -159,7 +151,7 @@ export class BubblewrapSandbox extends BaseSandbox {
   private readonly hostFiles: FilesystemBackend;
 
   constructor(private readonly options: BubblewrapSandboxOptions = {}) {
-    super();
+    super(options);
     checkTimeout(options.timeout);
     for (const key of ["memoryMb", "maxProcesses", "cpuSeconds", "maxOutputBytes"] as const) {
       const value = options[key];
@@ -169,8 +161,7 @@ export class BubblewrapSandbox extends BaseSandbox {
     }
     checkCommand("", options.env);
     this.baseEnv = { ...options.env };
-    const quota = validateQuota(options.quota ?? { maxBytes: DEFAULT_WORKSPACE_BYTES });
-    this.quotaBytes = quota?.maxBytes;
+    this.quotaBytes = this.quota?.maxBytes;
     this.memoryBytes = (options.memoryMb ?? 1024) * 1024 * 1024;
     this.maxProcesses = options.maxProcesses ?? 256;
     this.sandboxUser = hostUser(options.sandboxUser === undefined ? undefined : validateSandboxUser(options.sandboxUser));
@@ -182,7 +173,7 @@ export class BubblewrapSandbox extends BaseSandbox {
     }
     this.hostWorkspace = realpathSync(dir);
     if (this.ownsWorkspace && this.sandboxUser) chownSync(this.hostWorkspace, this.sandboxUser.uid, this.sandboxUser.gid);
-    this.hostFiles = new FilesystemBackend({ rootDir: this.hostWorkspace, quota });
+    this.hostFiles = new FilesystemBackend({ rootDir: this.hostWorkspace, quota: this.quota });
     this.id = `bwrap-${process.pid}-${++counter}`;
   }
 

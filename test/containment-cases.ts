@@ -9,11 +9,13 @@
  */
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
-import { homedir } from "node:os";
-import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { homedir, tmpdir } from "node:os";
+import nodePath from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { SandboxBackendProtocol } from "../core/protocol.js";
+import { dispatchPayload } from "../runtime/payloads.js";
 
 export interface ContainmentLimits {
   /** Share the host network (only the network case asks for true). */
@@ -28,6 +30,12 @@ export interface ContainmentTarget {
   name: string;
   /** A fresh sandbox with these limits; closed by the cases. */
   create: (limits: ContainmentLimits) => Promise<ClosableSandbox>;
+  /**
+   * The directory behind the sandbox's workspace on this host, for the
+   * cases that inspect it (setuid files, host path visibility). Required by
+   * those cases: a sandbox whose workspace lives elsewhere says where.
+   */
+  hostWorkspace?: (sandbox: ClosableSandbox) => string;
 }
 
 /** Pids of host processes whose command line contains `marker` (read from /proc; this test process excluded). */
@@ -262,6 +270,180 @@ export function containmentCases(target: ContainmentTarget): void {
       } finally {
         rmSync(file, { force: true });
       }
+    });
+  });
+
+  hostEscapeCases(target);
+}
+
+/**
+ * A shared library whose constructor drops a file in a host directory the
+ * sandbox cannot see: if any host process (a launcher, a helper) loads it,
+ * the file appears. Built here with the system C compiler.
+ */
+export interface EnvProbe {
+  /** Host directory holding the library, a shell script and fake tools, all readable by any user. */
+  dir: string;
+  library: string;
+  /** A shell script that drops a marker too (for BASH_ENV, ENV). */
+  script: string;
+  /** A directory of executables named like the launcher's tools, each dropping a marker, then failing. */
+  fakeBin: string;
+  /** A directory of copies of the library under the names of the launcher's libraries (for LD_LIBRARY_PATH). */
+  fakeLib: string;
+  /** Markers dropped so far. */
+  hits: () => string[];
+  remove: () => void;
+}
+
+export function buildEnvProbe(): EnvProbe {
+  const dir = mkdtempSync(nodePath.join(tmpdir(), "strata-env-probe-"));
+  chmodSync(dir, 0o755);
+  const markers = nodePath.join(dir, "markers");
+  mkdirSync(markers);
+  // Any host user may drop a marker: a launcher that changed user must still be caught.
+  chmodSync(markers, 0o1777);
+  const source = nodePath.join(dir, "probe.c");
+  writeFileSync(
+    source,
+    `#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+__attribute__((constructor)) static void strata_probe(void) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/lib-%d", MARKER_DIR, (int)getpid());
+  int fd = open(path, O_WRONLY | O_CREAT, 0666);
+  if (fd >= 0) close(fd);
+}
+`,
+  );
+  const library = nodePath.join(dir, "probe.so");
+  execFileSync("cc", ["-shared", "-fPIC", `-DMARKER_DIR="${markers}"`, "-o", library, source]);
+  const script = nodePath.join(dir, "probe.sh");
+  writeFileSync(script, `: > "${markers}/script-$$"\n`, { mode: 0o755 });
+  const fakeBin = nodePath.join(dir, "bin");
+  mkdirSync(fakeBin, { mode: 0o755 });
+  for (const tool of ["sh", "bash", "dash", "env", "bwrap", "setpriv", "prlimit", "docker", "ssh", "nsenter", "unshare"]) {
+    writeFileSync(nodePath.join(fakeBin, tool), `#!/bin/sh\n: > "${markers}/bin-${tool}-$$"\nexit 99\n`, { mode: 0o755 });
+  }
+  const fakeLib = nodePath.join(dir, "lib");
+  mkdirSync(fakeLib, { mode: 0o755 });
+  for (const name of ["libselinux.so.1", "libcap.so.2", "libcap-ng.so.0", "libsmartcols.so.1", "libpcre2-8.so.0"]) {
+    writeFileSync(nodePath.join(fakeLib, name), readFileSync(library), { mode: 0o755 });
+  }
+  return { dir, library, script, fakeBin, fakeLib, hits: () => readdirSync(markers), remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** What a launcher must never do with a caller's env, and what a sandbox must never leave on the host. */
+export function hostEscapeCases(target: ContainmentTarget): void {
+  describe(`host escapes: ${target.name}`, () => {
+    const open: ClosableSandbox[] = [];
+    const create = async (limits: ContainmentLimits = {}) => {
+      const sandbox = await target.create(limits);
+      open.push(sandbox);
+      return sandbox;
+    };
+    const hostDir = (sandbox: ClosableSandbox) => {
+      expect(target.hostWorkspace, `${target.name} must say where its workspace lives on the host (hostWorkspace)`).toBeDefined();
+      return target.hostWorkspace!(sandbox);
+    };
+    let probe: EnvProbe;
+    beforeAll(() => {
+      probe = buildEnvProbe();
+    });
+    afterAll(() => probe?.remove());
+    afterEach(async () => {
+      await Promise.all(open.splice(0).map((sandbox) => sandbox.close()));
+    });
+
+    const hostileEnvs = () => ({
+      LD_PRELOAD: probe.library,
+      LD_AUDIT: probe.library,
+      LD_LIBRARY_PATH: probe.fakeLib,
+      BASH_ENV: probe.script,
+      ENV: probe.script,
+      PATH: `${probe.fakeBin}:/usr/bin:/bin`,
+    });
+
+    it("the probe works: a host process started with the hostile env drops markers", () => {
+      const before = probe.hits().length;
+      execFileSync("/bin/true", { env: { LD_PRELOAD: probe.library } });
+      expect(probe.hits().length).toBeGreaterThan(before);
+      rmSync(nodePath.join(probe.dir, "markers"), { recursive: true });
+      mkdirSync(nodePath.join(probe.dir, "markers"));
+      chmodSync(nodePath.join(probe.dir, "markers"), 0o1777);
+    });
+
+    it("caller env (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, BASH_ENV, ENV, PATH) reaches the command, never a host process", async () => {
+      const sandbox = await create();
+      for (const [name, value] of Object.entries(hostileEnvs())) {
+        const result = await sandbox.execute(`printf '%s\\n' "[$${name}]"`, { env: { [name]: value } });
+        expect(result.output, name).toContain(`[${value}]`);
+        expect(probe.hits(), name).toEqual([]);
+      }
+      // All at once, and through the runtime's command.run payload too.
+      const all = await sandbox.execute('echo "[$LD_PRELOAD]"', { env: hostileEnvs() });
+      expect(all.output).toContain(`[${probe.library}]`);
+      const viaPayload = await dispatchPayload(sandbox, { type: "command.run", cmd: 'echo "[$LD_PRELOAD]"', env: hostileEnvs() });
+      expect(JSON.stringify(viaPayload)).toContain(probe.library);
+      expect(probe.hits()).toEqual([]);
+    });
+
+    it("a library the command drops in its workspace, preloaded by its host path, runs in the sandbox only", async () => {
+      const sandbox = await create();
+      expect((await sandbox.uploadFiles([["/probe.so", readFileSync(probe.library)]]))[0]!.error).toBeNull();
+      const hostPath = nodePath.join(hostDir(sandbox), "probe.so");
+      const result = await sandbox.execute('echo "[$LD_PRELOAD]"', { env: { LD_PRELOAD: hostPath } });
+      expect(result.output).toContain(`[${hostPath}]`);
+      const inside = await sandbox.execute("true", { env: { LD_PRELOAD: "/workspace/probe.so" } });
+      expect(inside.exitCode).toBe(0);
+      expect(probe.hits()).toEqual([]);
+    });
+
+    it("rejects env names with '=' or NUL and values with NUL: invalid_argument", async () => {
+      const sandbox = await create();
+      const envs: Record<string, string>[] = [{ "A=B": "x" }, { "A\0B": "x" }, { "": "x" }, { A: "x\0y" }];
+      for (const env of envs) {
+        await expect(sandbox.execute("true", { env })).rejects.toMatchObject({ code: "invalid_argument" });
+      }
+      expect(probe.hits()).toEqual([]);
+    });
+
+    it("files a command makes setuid or setgid are never setuid/setgid root on the host", async () => {
+      const sandbox = await create();
+      const result = await sandbox.execute(
+        "cp /bin/true t4 && chmod 4755 t4; cp /bin/true t6 && chmod 6755 t6; cp /bin/true t2 && chmod 2755 t2; mkdir d && chmod 2775 d; ls -ln t4 t6 t2",
+      );
+      expect(result.exitCode, result.output).toBe(0);
+      const dir = hostDir(sandbox);
+      for (const name of ["t4", "t6", "t2", "d"]) {
+        const stat = lstatSync(nodePath.join(dir, name));
+        const setuidRoot = (stat.mode & 0o4000) !== 0 && stat.uid === 0;
+        const setgidRoot = (stat.mode & 0o2000) !== 0 && stat.gid === 0;
+        expect({ name, setuidRoot, setgidRoot }).toEqual({ name, setuidRoot: false, setgidRoot: false });
+        if (process.getuid?.() === 0) expect(stat.uid, name).not.toBe(0);
+      }
+    });
+
+    it("a file uploaded from the host stays editable by commands", async () => {
+      const sandbox = await create();
+      const bytes = new TextEncoder().encode("from host\n");
+      expect((await sandbox.uploadFiles([["/deep/er/up.txt", bytes]]))[0]!.error).toBeNull();
+      const result = await sandbox.execute("echo from sandbox >> deep/er/up.txt && touch deep/er/new && mv deep/er/up.txt deep/er/moved && cat deep/er/moved");
+      expect(result.output).toBe("from host\nfrom sandbox\n");
+      expect(result.exitCode).toBe(0);
+      expect((await sandbox.edit("/deep/er/moved", "from sandbox", "edited")).error).toBeFalsy();
+    });
+
+    it("shows no host path of the workspace in env, pwd -P, /proc/self/cwd, /proc/mounts or any process's command line", async () => {
+      const sandbox = await create();
+      const dir = hostDir(sandbox);
+      const result = await sandbox.execute(
+        "env; pwd -P; readlink /proc/self/cwd; cat /proc/mounts /proc/self/mountstats; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; tr '\\0' '\\n' < $p/environ; ls -l $p/fd 2>/dev/null; done",
+      );
+      expect(result.exitCode, result.output).toBe(0);
+      expect(result.output).toContain("/workspace");
+      expect(result.output).not.toContain(dir);
     });
   });
 }

@@ -13,10 +13,12 @@ const targets: ContainmentTarget[] = [
   {
     name: "bubblewrap",
     create: async (limits) => new BubblewrapSandbox(limits),
+    hostWorkspace: (sandbox) => (sandbox as BubblewrapSandbox).hostWorkspace,
   },
   {
     name: "bubblewrap (BusyBox userland)",
     create: async (limits) => new BubblewrapSandbox({ ...limits, toolset: "busybox" }),
+    hostWorkspace: (sandbox) => (sandbox as BubblewrapSandbox).hostWorkspace,
   },
 ];
 
