@@ -264,6 +264,24 @@ async function giveEntry(dir: FileHandle, name: string, user: SandboxUser, recur
   }
 }
 
+/**
+ * Fails unless `user` can reach `dir` (bwrap, running as that user, opens it
+ * by path); the message names no host path.
+ */
+export function checkReachable(dir: string, user: SandboxUser): void {
+  for (let parent = nodePath.dirname(dir); ; parent = nodePath.dirname(parent)) {
+    const stat = statSync(parent);
+    const bits = stat.uid === user.uid ? 0o100 : stat.gid === user.gid ? 0o010 : 0o001;
+    if ((stat.mode & bits) === 0) {
+      throw new StrataError(
+        "permission_denied",
+        `The sandbox user (uid ${user.uid}) cannot reach the workspace: every directory above it must be searchable by that user`,
+      );
+    }
+    if (parent === "/") return;
+  }
+}
+
 /** Hands the workspace and everything in it to the sandbox user. */
 export async function giveTree(root: string, user: SandboxUser): Promise<void> {
   const handle = await fs.open(root, DIR_FLAGS);

@@ -37,6 +37,7 @@ import { createCgroups, oomKills, removeCgroup } from "./cgroups.js";
 import {
   BUSYBOX_INSIDE,
   busyboxApplets,
+  checkReachable,
   DEFAULT_SANDBOX_USER,
   dropTo,
   findExecutable,
@@ -295,7 +296,10 @@ export class BubblewrapSandbox extends BaseSandbox {
     const user = this.sandboxUser;
     const available = await probe(user);
     if (!available.ok) throw new StrataError("unavailable", available.reason);
-    if (user) await giveTree(this.hostWorkspace, user);
+    if (user) {
+      checkReachable(this.hostWorkspace, user);
+      await giveTree(this.hostWorkspace, user);
+    }
     const busybox = this.options.toolset === "busybox" ? busyboxApplets() : undefined;
     const args = [
       "--unshare-user",

@@ -3,7 +3,7 @@
  * sandbox-base, conformance): its limits and how they are reported, its
  * view of the host, symlinks planted inside it, the BusyBox toolset.
  */
-import { type Dirent, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, type Dirent, existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import nodePath from "node:path";
 import { randomUUID } from "node:crypto";
@@ -154,5 +154,76 @@ describe("BubblewrapSandbox", () => {
   it("rejects bad limits with invalid_argument", () => {
     expect(() => new BubblewrapSandbox({ memoryMb: 0 })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
     expect(() => new BubblewrapSandbox({ maxProcesses: 1.5 })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+    expect(() => new BubblewrapSandbox({ sandboxUser: { uid: 0, gid: 0 } })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+    expect(() => new BubblewrapSandbox({ env: { "A=B": "x" } })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+  });
+
+  it("holds every file a command writes to the workspace quota (RLIMIT_FSIZE), and /tmp to it as a whole", async () => {
+    const quota = 4 * 1024 * 1024;
+    const s = sandbox({ quota: { maxBytes: quota } });
+    const big = await s.execute(`head -c ${2 * quota} /dev/zero > big; echo "rc=$?"`);
+    expect(big.output).toMatch(/rc=153/);
+    expect(statSync(nodePath.join(s.hostWorkspace, "big")).size).toBeLessThanOrEqual(quota);
+    // Many files each under the limit still fill /tmp no further than the quota (a sized tmpfs).
+    const tmp = await s.execute(`for i in 1 2 3; do head -c ${quota / 2} /dev/zero > /tmp/f$i || echo failed-$i; done; du -sk /tmp`);
+    expect(tmp.output).toContain("failed-");
+    expect((await s.execute("echo small > small && cat small")).output).toBe("small\n");
+    // Uploads are held to the whole quota.
+    const upload = await s.uploadFiles([["/up.bin", new Uint8Array(quota)]]);
+    expect(upload[0]!.error).not.toBeNull();
+  });
+
+  it("as root, runs commands as the sandbox user and hands a given workspace to it, never a hard-linked host file", async () => {
+    if (process.getuid?.() !== 0) return expect(sandbox().sandboxUser).toBeUndefined();
+    const dir = mkdtempSync(nodePath.join(tmpdir(), "strata-bwrap-owned-"));
+    const outside = mkdtempSync(nodePath.join(tmpdir(), "strata-bwrap-outside-"));
+    try {
+      mkdirSync(nodePath.join(dir, "sub"));
+      writeFileSync(nodePath.join(dir, "sub", "mine.txt"), "host\n");
+      writeFileSync(nodePath.join(outside, "secret"), "root only\n", { mode: 0o600 });
+      linkSync(nodePath.join(outside, "secret"), nodePath.join(dir, "hardlink"));
+      const s = sandbox({ workspace: dir, sandboxUser: { uid: 65533, gid: 65533 } });
+      const result = await s.execute("id -u; id -g; echo more >> sub/mine.txt && cat sub/mine.txt; cat hardlink 2>/dev/null || echo denied");
+      expect(result.output).toBe("65533\n65533\nhost\nmore\ndenied\n");
+      expect(lstatSync(nodePath.join(dir, "sub", "mine.txt")).uid).toBe(65533);
+      expect(lstatSync(dir).uid).toBe(65533);
+      // The inode shared with a file outside the workspace keeps its owner.
+      expect(lstatSync(nodePath.join(outside, "secret")).uid).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      rmSync(outside, { recursive: true, force: true });
+    }
+  });
+
+  it("shows a given workspace's host path only where the kernel puts it: the root field of its mountinfo line", async () => {
+    const name = `strata-private-${randomUUID()}`;
+    const dir = nodePath.join(mkdtempSync(nodePath.join(tmpdir(), "strata-bwrap-")), name);
+    mkdirSync(dir);
+    try {
+      if (process.getuid?.() === 0) {
+        // The sandbox user must be able to reach the workspace; the refusal names no host path.
+        const refused = await sandbox({ workspace: dir })
+          .execute("true")
+          .catch((error: unknown) => error);
+        expect(refused).toMatchObject({ code: "permission_denied" });
+        expect(String((refused as Error).message)).not.toContain(name);
+        chmodSync(nodePath.dirname(dir), 0o755);
+      }
+      const s = sandbox({ workspace: dir });
+      const result = await s.execute(
+        "env; pwd -P; readlink /proc/self/cwd; cat /proc/mounts; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done; echo MOUNTINFO; cat /proc/self/mountinfo",
+      );
+      const [before, mountinfo] = result.output.split("MOUNTINFO\n");
+      expect(before).not.toContain(name);
+      // mountinfo's 4th field is the mount's root within its filesystem, computed by the kernel from the
+      // directory itself: bwrap cannot change it. It is the only line, and the only field, that shows it.
+      const lines = mountinfo!.split("\n").filter((line) => line.includes(name));
+      expect(lines).toHaveLength(1);
+      const fields = lines[0]!.split(" ");
+      expect(fields[4]).toBe("/workspace");
+      expect(fields.filter((field) => field.includes(name))).toEqual([fields[3]]);
+    } finally {
+      rmSync(nodePath.dirname(dir), { recursive: true, force: true });
+    }
   });
 });
