@@ -316,7 +316,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
       }
       if (accepted.length > 0) {
         const answers = await inner.call(this, accepted.map(({ item }) => item));
-        accepted.forEach(({ index }, i) => (responses[index]!.error = answers[i]?.error ?? "permission_denied"));
+        accepted.forEach(({ index }, i) => (responses[index]!.error = answers[i] ? answers[i].error : "permission_denied"));
       }
     } catch (error) {
       const code = toFileOperationError(asStrataError(error, "/").code);
@@ -759,6 +759,17 @@ if [ -e "$P" ] || [ -L "$P" ]; then echo denied; else echo ok; fi`,
    * the cap are core's, applied here.
    */
   async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
+    // A file replaced between the shell's size count and its read is a torn batch: search again (a writer's rename is quick).
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.grepOnce(pattern, path, glob, options);
+      } catch (error) {
+        if (!isStrataError(error, "conflict") || attempt >= 3) throw error;
+      }
+    }
+  }
+
+  private async grepOnce(pattern: string, path: string | null | undefined, glob: string | null | undefined, options: GrepOptions): Promise<GrepResult> {
     this.assertOpen();
     validateGrepPattern(pattern);
     validateMaxCount(options.maxCount);
@@ -773,9 +784,9 @@ NL='
 '
 ${GREP_EMIT}
 echo ok
-find -H "$R" -type f -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(GREP_SMALL_BATCH)} sh {} +
-find -H "$R" -type f ! -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec grep -l -F -e "$STRATA_PATTERN" -- {} + | while IFS= read -r f; do emit "$f"; done
-find -H "$R" -type f -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do grep -q -F -e "$STRATA_PATTERN" -- "$f" && emit "$f"; done`)} sh {} +`,
+find -H "$R" -type f ! -name '.strata-tmp-*' -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(GREP_SMALL_BATCH)} sh {} +
+find -H "$R" -type f ! -name '.strata-tmp-*' ! -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(`grep -l -F -f - -- "$@" <<STRATA_P\n$STRATA_PATTERN\nSTRATA_P`)} sh {} + | while IFS= read -r f; do emit "$f"; done
+find -H "$R" -type f ! -name '.strata-tmp-*' -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do\n  grep -q -F -f - -- "$f" <<STRATA_P && emit "$f"\n$STRATA_PATTERN\nSTRATA_P\ndone`)} sh {} +`,
       { env: { STRATA_PATTERN: pattern } },
     );
     const matches: GrepMatch[] = [];
@@ -835,7 +846,7 @@ find -H "$R" -type f -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f
     const { payload } = await this.runScript(
       matcher.root,
       `echo ok
-find -H ${shellQuote(this.sandboxPath(matcher.root))} -type f -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +`,
+find -H ${shellQuote(this.sandboxPath(matcher.root))} -type f ! -name '.strata-tmp-*' -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +`,
     );
     const found: FileInfo[] = [];
     for (const entry of parseStatBatches(payload)) {

@@ -147,10 +147,12 @@ undo() {
   done
 }
 cleanup() { rm -f -- "$t"; [ -z "$locked" ] || rmdir -- "$L"; [ -n "$done" ] || undo; }
+old() { o=0; e=0; if [ -f "$P" ]; then o=$(stat -L -c %s -- "$P"); e=1; fi; }
 trap cleanup EXIT
 ${mode === "swap" ? CHECK_REGULAR_FILE : CHECK_PLACE_FOR_FILE}
 ${mode === "create" ? `if [ -e "$P" ] || [ -L "$P" ]; then echo exists; exit 0; fi
-room "$N" 1 || exit 0` : ""}
+` : ""}old
+room $((N - o)) $((1 - e)) || exit 0
 mkdir -p -- "$d" || { made=1; echo denied; exit 0; }
 made=1
 if ! cat > "$t"; then if [ -w "$d" ]; then echo failed; else echo denied; fi; exit 0; fi
@@ -162,8 +164,8 @@ if [ -e "$P" ] || [ -L "$P" ]; then echo exists; else echo denied; fi` : `lock |
 ${mode === "swap" ? `${CHECK_REGULAR_FILE}
 h=$(md5sum < "$P")
 [ "\${h%% *}" = "$H" ] || { echo conflict; exit 0; }` : `[ -d "$P" ] && { echo isdir; exit 0; }`}
-o=0; e=0
-if [ -f "$P" ]; then o=$(stat -L -c %s -- "$P"); e=1; chmod "$(stat -L -c %a -- "$P")" "$t"; fi
+old
+[ "$e" = 1 ] && chmod "$(stat -L -c %a -- "$P")" "$t"
 room $((N - o)) $((1 - e)) || exit 0
 if mv -f -- "$t" "$P"; then done=1; echo "ok $UB $UF $((N - o)) $((1 - e))"; exit 0; fi
 if [ -w "$d" ]; then echo failed; else echo denied; fi`}`;
@@ -242,8 +244,14 @@ stat -L -c '%s %Y %n' -- "$@"
  * the pattern (one grep -l), then reports them as one record:
  * B<wc -c output>\0<base64 of the files concatenated>\0. Names reaching here
  * hold no newline, so splitting grep's list on newlines is exact.
+ * grep reads its pattern from a here-document (`-f -`) the shell expands from
+ * $STRATA_PATTERN, here and wherever grep runs: in argv, a pattern would show
+ * in `ps` to every user of a shared (SSH) host.
  */
-export const GREP_SMALL_BATCH = `L=$(grep -l -F -e "$STRATA_PATTERN" -- "$@")
+export const GREP_SMALL_BATCH = `L=$(grep -l -F -f - -- "$@" <<STRATA_P
+$STRATA_PATTERN
+STRATA_P
+)
 [ -n "$L" ] || exit 0
 set -f
 IFS='
@@ -265,7 +273,9 @@ export const GREP_EMIT = `emit() {
   if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then printf 'W%s\\000' "$1"; base64 < "$1"; printf '\\000'; return 0; fi
   [ "$(($(tr -d '\\000' < "$1" | wc -c)))" -eq "$s" ] || return 0
   u=0; [ "$(tail -c 1 < "$1" | wc -l)" -eq 0 ] && u=$(($(wc -l < "$1") + 1))
-  printf 'L%s\\000%s\\000' "$1" "$u"; grep -n -F -e "$STRATA_PATTERN" -- "$1" | base64; printf '\\000'
+  printf 'L%s\\000%s\\000' "$1" "$u"; grep -n -F -f - -- "$1" <<STRATA_P | base64; printf '\\000'
+$STRATA_PATTERN
+STRATA_P
 }`;
 
 export interface StatEntry {
