@@ -26,10 +26,10 @@ import { timeoutSeconds } from "../core/limits.js";
 import { normalizePath } from "../core/paths.js";
 import { checkBatch } from "../core/base.js";
 import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileOperationError, FileUploadResponse } from "../core/types.js";
-import { BaseSandbox, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
+import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
 import { MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 
-export interface DockerSandboxOptions {
+export interface DockerSandboxOptions extends BaseSandboxOptions {
   /**
    * Workspace directory inside the container; virtual "/" maps here. Default "/workspace".
    * `create` mounts a volume there; `attach` creates it if missing (owned by `user`).
@@ -105,15 +105,15 @@ done`;
  * environment; an orphan that started later is one of the command's in a
  * container nothing else runs in.
  */
-const PRELUDE = `strata_run() { set -f; set -- $1; echo "strata-run $2 \${20}" >&2; set +f; }
+const PRELUDE = `strata_run() { set -f; set -- $1; echo "strata-run $1 \${21}" >&2; set +f; }
 i=$(readlink /proc/$$/fd/1 2>/dev/null); i=\${i#pipe:[}; i=\${i%]}
 { read -r l </proc/$$/stat; } 2>/dev/null
-strata_run "\${l##*) } $i"
+strata_run "\${i:-none} \${l##*) }"
 unset -f strata_run; unset i l
 `;
 
 /**
- * `sh -c KILL strata <pgid> <marker> <pipe inode> <since>`, as root: kills
+ * `sh -c KILL strata <pgid> <marker> <pipe inode> <since>`, as the command user: kills
  * the group, then, a few rounds in case one forks meanwhile, every process
  * carrying the marker, every process holding the pipe, and (given `since`)
  * every orphan (parent PID 1) started at or after `since`. Only shell
@@ -128,7 +128,15 @@ for _ in 1 2 3; do
     k="$k $(grep -l -z -F "${MARKER_VARIABLE}=$m" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||')"
   fi
   if [ -n "$i" ]; then
-    k="$k $(ls -l /proc/[0-9]*/fd 2>/dev/null | sed -n -e 's|^/proc/\\([0-9]*\\)/fd:$|\\1|;t h' -e "/ pipe:\\[$i\\]\\$/{g;p;}" -e 'd' -e ':h' -e 'h')"
+    o=$(ls -l /proc/[0-9]*/fd 2>/dev/null)
+    while IFS= read -r l; do
+      case $l in
+        /proc/*/fd:) p=\${l#/proc/} p=\${p%/fd:} ;;
+        *" pipe:[$i]") k="$k $p" ;;
+      esac
+    done <<EOF
+$o
+EOF
   fi
   if [ -n "$t" ]; then
     for s in /proc/[0-9]*/stat; do
@@ -265,7 +273,7 @@ export class DockerSandbox extends BaseSandbox {
     /** A sandbox that removes the container owns it: it may kill any process in it. */
     private readonly removeOnClose: boolean,
   ) {
-    super();
+    super(options);
     this.id = container.id;
     this.workspace = workspace;
     this.user = options.user ?? DEFAULT_USER;
@@ -568,7 +576,7 @@ export class DockerSandbox extends BaseSandbox {
   }
 
   /**
-   * KILL from a second exec, as root. When a fork bomb holds every process
+   * KILL from a second exec. When a fork bomb holds every process
    * slot the exec itself cannot start; after a few tries the container is
    * restarted, which kills everything in it (the files stay).
    */
@@ -577,7 +585,8 @@ export class DockerSandbox extends BaseSandbox {
     const attempt = async () => {
       for (let tries = 0; tries < 5; tries++) {
         try {
-          const { exitCode } = await this.run(argv, { user: ROOT });
+          // As the command user: root in a container lacks CAP_SYS_PTRACE, so it cannot see another user's open files.
+          const { exitCode } = await this.run(argv, { user: this.user });
           if (exitCode === 0) return;
         } catch {
           // The exec could not start; try again.
