@@ -23,7 +23,6 @@ const { options, home } = sshService();
 const root = `${home}/ssh-threats-${randomUUID()}`;
 const localDir = mkdtempSync(join(tmpdir(), "strata-ssh-threats-"));
 const bytes = (text: string) => new TextEncoder().encode(text);
-const text = (data: Uint8Array | null) => new TextDecoder().decode(data ?? new Uint8Array());
 
 const open: SshSandbox[] = [];
 async function fresh(extra: Partial<SshSandboxOptions> = {}): Promise<SshSandbox> {

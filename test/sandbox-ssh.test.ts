@@ -143,7 +143,8 @@ describe("SshSandbox execute", () => {
 
 describe("SshSandbox files", () => {
   it("uploads 1000 files over one SFTP session, with no command run", async () => {
-    const sandbox = await fresh();
+    // Without a quota: the default one measures the workspace with a command first.
+    const sandbox = await fresh({ quota: false });
     const files = Array.from({ length: 1000 }, (_, i) => [`/batch/d${i % 10}/file-${i}.txt`, bytes(`content ${i}\n`)] as const);
     const before = { ...sandbox.stats };
     expect(await sandbox.uploadFiles(files)).toEqual(files.map(([path]) => ({ path, error: null })));

@@ -20,6 +20,9 @@ chmod 700 "$SSHD_DIR"
 # Debian starts the system sshd (on every interface) when the package is
 # installed; ours runs privately on loopback, so keep the system one off.
 without_service_start ensure_packages /usr/sbin/sshd:openssh-server ssh-keygen:openssh-client ssh:openssh-client
+# The fault tests find the sshd processes of their own connection with `ss -p`
+# and sample every argv on the host with `ps` (the secrets-out-of-argv tests).
+ensure_packages ss:iproute2 ps:procps
 
 if ! id "$USER_NAME" >/dev/null 2>&1; then
   useradd --system --create-home --home-dir "$USER_HOME" --shell /bin/sh "$USER_NAME"
