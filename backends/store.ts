@@ -219,14 +219,18 @@ export class StoreBackend extends BaseBackend {
       }
     }
     if (batch.files.size === 0) return responses;
+    const store = this.store;
     try {
-      await this.store.putMany(ns, [...batch.files]);
+      // putFiles checks the tree in the store's own atomic step; putMany relies on the checks above.
+      await (store.putFiles ? store.putFiles(ns, [...batch.files]) : store.putMany(ns, [...batch.files]));
     } catch {
-      // The store refused the batch (a value over its size limit, say): store
-      // file by file instead, so each response carries its own outcome.
+      // The store refused the batch (a value over its size limit, a concurrent
+      // writer's file in the way, say): store file by file instead, so each
+      // response carries its own outcome.
       const failed = new Map<string, FileUploadResponse["error"]>();
       for (const [path, data] of batch.files) {
-        await this.store.put(ns, path, data).catch((error: unknown) => failed.set(path, toFileOperationError(failure(error, path).code)));
+        const stored = store.putFile ? store.putFile(ns, path, data) : store.put(ns, path, data);
+        await stored.catch((error: unknown) => failed.set(path, toFileOperationError(failure(error, path).code)));
       }
       for (const response of responses) if (response.error === null && failed.has(response.path)) response.error = failed.get(response.path)!;
     }

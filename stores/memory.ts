@@ -1,9 +1,13 @@
-import { fileDataText } from "../core/filedata.js";
+import { fileDataSize, fileDataText } from "../core/filedata.js";
+import { checkQuota, validateQuota, type Quota } from "../core/limits.js";
 import { joinPath } from "../core/paths.js";
 import { DirectoryIndex } from "../core/tree.js";
 import type { FileData } from "../core/types.js";
 import { DEFAULT_MAX_VALUE_SIZE } from "./records.js";
 import {
+  checkBatchConsistent,
+  checkBatchQuota,
+  checkTreeFor,
   checkValueSize,
   describeKey,
   namespaceKey,
@@ -20,6 +24,7 @@ import {
   type Store,
   type StoredItem,
   type StoredKey,
+  type StoreQuotaOptions,
 } from "./store.js";
 
 const DEFAULT_PAGE = 1000;
@@ -31,20 +36,41 @@ class Space {
   readonly tree = new DirectoryIndex();
   /** Keys in code-unit order, maintained by binary insertion so listings never re-sort. */
   readonly sorted: string[] = [];
+  /** Total bytes of content, for the quota. */
+  bytes = 0;
 
   set(item: StoredItem): void {
-    if (!this.items.has(item.key)) {
+    const previous = this.items.get(item.key);
+    if (!previous) {
       this.sorted.splice(lowerBound(this.sorted, item.key), 0, item.key);
       this.tree.addFile(item.key);
     }
+    this.bytes += fileDataSize(item.value) - (previous ? fileDataSize(previous.value) : 0);
     this.items.set(item.key, item);
   }
 
   remove(key: string): boolean {
-    if (!this.items.delete(key)) return false;
+    const previous = this.items.get(key);
+    if (!previous) return false;
+    this.items.delete(key);
+    this.bytes -= fileDataSize(previous.value);
     this.sorted.splice(lowerBound(this.sorted, key), 1);
     this.tree.removeFile(key);
     return true;
+  }
+
+  get usage() {
+    return { bytes: this.bytes, files: this.items.size };
+  }
+
+  sizeOf(key: string): number | undefined {
+    const item = this.items.get(key);
+    return item && fileDataSize(item.value);
+  }
+
+  /** The `putFile` tree check; synchronous, so no other write can run between it and the put. */
+  checkTree(key: string): void {
+    checkTreeFor(key, (k) => this.items.has(k), (k) => this.tree.isDirectory(k));
   }
 
   /** Keys starting with `prefix`, from the first one greater than `after`. */
@@ -54,7 +80,7 @@ class Space {
   }
 }
 
-export interface MemoryStoreOptions {
+export interface MemoryStoreOptions extends StoreQuotaOptions {
   /** Largest value, in bytes, a put accepts (default 64 MiB); larger ones fail with `too_large`. */
   maxValueSize?: number;
 }
@@ -69,9 +95,11 @@ export class MemoryStore implements Store {
   private version = 0;
   private closed = false;
   private readonly maxValueSize: number;
+  private readonly quota: Quota | undefined;
 
   constructor(options: MemoryStoreOptions = {}) {
     this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
+    this.quota = validateQuota(options.quota);
   }
 
   async get(namespace: Namespace, key: string): Promise<StoredItem | undefined> {
@@ -79,22 +107,46 @@ export class MemoryStore implements Store {
     return item && copyItem(item);
   }
 
+  // Every check below is synchronous, with no await between it and the write, so
+  // no other caller's write can slip in: this is what makes them atomic here.
   async put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.putOne(namespace, key, value, options, false);
+  }
+
+  async putFile(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.putOne(namespace, key, value, options, true);
+  }
+
+  async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.putBatch(namespace, entries, false);
+  }
+
+  async putFiles(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.putBatch(namespace, entries, true);
+  }
+
+  private putOne(namespace: Namespace, key: string, value: FileData, options: PutOptions, asFile: boolean): number {
     const space = this.space(namespace, true);
     const current = space.items.get(checkedKey(key));
     this.checkValue(key, value);
     if (!versionMatches(options.expectedVersion, current?.version)) throw versionConflict(key, options.expectedVersion ?? null, current?.version);
+    if (asFile) space.checkTree(key);
+    const size = fileDataSize(value);
+    checkQuota(this.quota, space.usage, { bytes: size - (current ? fileDataSize(current.value) : 0), files: current ? 0 : 1 }, key);
     space.set({ key, value: structuredClone(value), version: ++this.version });
     return this.version;
   }
 
-  async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+  private putBatch(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>, asFiles: boolean): number[] {
     const space = this.space(namespace, true);
+    // All or nothing: validate everything before the first write.
     for (const [key, value] of entries) {
-      // All or nothing: validate everything before the first write.
       checkedKey(key);
       this.checkValue(key, value);
+      if (asFiles) space.checkTree(key);
     }
+    if (asFiles) checkBatchConsistent(entries.map(([key]) => key));
+    checkBatchQuota(this.quota, space.usage, entries.map(([key, value]) => [key, fileDataSize(value)] as const), (key) => space.sizeOf(key));
     return entries.map(([key, value]) => {
       space.set({ key, value: structuredClone(value), version: ++this.version });
       return this.version;

@@ -1,9 +1,14 @@
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
 import Database from "better-sqlite3";
 import { errors, StrataError } from "../core/errors.js";
+import { checkQuota, validateQuota, type Quota, type Usage } from "../core/limits.js";
 import { ancestorsOf, baseName, parentOf } from "../core/paths.js";
 import type { FileData } from "../core/types.js";
 import { checkEngineKey, DEFAULT_MAX_VALUE_SIZE, fromEngineRecord, searchableNeedle, toEngineRecord, type EngineRecord } from "./records.js";
 import {
+  checkBatchConsistent,
+  checkBatchQuota,
   namespaceKey,
   prefixEnd,
   storeClosed,
@@ -17,10 +22,14 @@ import {
   type Store,
   type StoredItem,
   type StoredKey,
+  type StoreQuotaOptions,
 } from "./store.js";
 
-export interface SqliteStoreOptions {
-  /** Database file, or `":memory:"`. Created if missing. */
+export interface SqliteStoreOptions extends StoreQuotaOptions {
+  /**
+   * Database file, created if missing, with its parent directories; or
+   * `":memory:"` for a database that lives only as long as the store.
+   */
   path: string;
   /** How long a writer waits for another connection's transaction, in ms (default 5000). */
   busyTimeoutMs?: number;
@@ -107,7 +116,8 @@ const SQL = {
   reserveVersions: "UPDATE strata_meta SET value = value + ? WHERE name = 'version' RETURNING value",
   get: `SELECT ${ITEM_COLUMNS} FROM strata_files WHERE ns = ? AND key = ?`,
   getByIds: `SELECT ${ITEM_COLUMNS} FROM strata_files WHERE id IN (SELECT value FROM json_each(?))`,
-  current: "SELECT id, version FROM strata_files WHERE ns = ? AND key = ?",
+  current: "SELECT id, version, size FROM strata_files WHERE ns = ? AND key = ?",
+  usage: "SELECT coalesce(sum(size), 0) AS bytes, count(*) AS files FROM strata_files WHERE ns = ?",
   isKey: "SELECT 1 FROM strata_files WHERE ns = ? AND key = ?",
   isDir: "SELECT 1 FROM strata_dirs WHERE ns = ? AND path = ?",
   insert: `INSERT INTO strata_files (ns, key, parent, content, encoding, original, created_at, modified_at, size, version)
@@ -153,11 +163,21 @@ export class SqliteStore implements Store {
   private readonly sql: Statements;
   private readonly namespaceIds = new Map<string, number>();
   private readonly maxValueSize: number;
+  private readonly quota: Quota | undefined;
 
   constructor(options: SqliteStoreOptions) {
+    const path: unknown = options?.path;
+    // better-sqlite3 opens a temporary database for "" (and undefined): writes
+    // that vanish on close must be asked for by name, never fallen into.
+    if (typeof path !== "string" || path === "") {
+      throw errors.invalidArgument('SqliteStore needs a path: a database file, or ":memory:" for a database that is not kept');
+    }
+    if (path.includes("\0")) throw errors.invalidArgument("the SQLite store path must not contain NUL");
     this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
+    this.quota = validateQuota(options.quota);
+    if (path !== ":memory:" && !path.startsWith("file:")) createParent(path);
     try {
-      this.db = new Database(options.path);
+      this.db = new Database(path);
       this.db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
       this.db.pragma("journal_mode = WAL");
       this.db.pragma(`synchronous = ${options.synchronous === "FULL" ? "FULL" : "NORMAL"}`);
@@ -165,7 +185,7 @@ export class SqliteStore implements Store {
       this.sql = Object.fromEntries(Object.entries(SQL).map(([name, text]) => [name, this.db.prepare(text)])) as Statements;
     } catch (error) {
       // The driver's messages may carry the host path; ours never do.
-      throw new StrataError("unavailable", `Cannot open the SQLite store (${sqliteCode(error)})`, { cause: error });
+      throw new StrataError("unavailable", `Cannot open the SQLite store: ${openFailure(error)}`, { cause: error });
     }
   }
 
@@ -198,6 +218,10 @@ export class SqliteStore implements Store {
       const ns = this.namespaceId(namespace, true);
       return this.db
         .transaction(() => {
+          if (this.quota) {
+            const row = this.sql.current.get(ns, key) as { size: number } | undefined;
+            checkQuota(this.quota, this.usage(ns), { bytes: record.size - (row?.size ?? 0), files: row ? 0 : 1 }, key);
+          }
           const added = new Map<string, number>();
           const version = this.putOne(ns, key, record, options.expectedVersion, this.reserveVersions(1), added, checkTree);
           this.addToDirs(ns, added);
@@ -207,21 +231,39 @@ export class SqliteStore implements Store {
     });
   }
 
+  putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.putBatch(namespace, entries, false);
+  }
 
-  async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+  /** `putMany` with every entry's tree check in the batch's transaction. */
+  putFiles(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.putBatch(namespace, entries, true);
+  }
+
+  private async putBatch(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>, checkTree: boolean): Promise<number[]> {
     return this.run(() => {
       const records = entries.map(([key, value]) => this.record(key, value));
+      if (checkTree) checkBatchConsistent(entries.map(([key]) => key));
       const ns = this.namespaceId(namespace, true);
       return this.db
         .transaction(() => {
+          if (this.quota) {
+            const sizes = entries.map(([key], i) => [key, records[i]!.size] as const);
+            checkBatchQuota(this.quota, this.usage(ns), sizes, (key) => (this.sql.current.get(ns, key) as { size: number } | undefined)?.size);
+          }
           const first = this.reserveVersions(entries.length) - entries.length + 1;
           const added = new Map<string, number>();
-          const versions = entries.map(([key], i) => this.putOne(ns, key, records[i]!, undefined, first + i, added));
+          const versions = entries.map(([key], i) => this.putOne(ns, key, records[i]!, undefined, first + i, added, checkTree));
           this.addToDirs(ns, added);
           return versions;
         })
         .immediate();
     });
+  }
+
+  /** What a namespace holds, read inside the write's transaction (only when a quota is set: it reads every row's size). */
+  private usage(ns: number): Usage {
+    return this.sql.usage.get(ns) as Usage;
   }
 
   async delete(namespace: Namespace, key: string, options: PutOptions = {}): Promise<boolean> {
@@ -418,8 +460,47 @@ function toItem(row: ItemRow): StoredItem {
   return { key: row.key, value: fromEngineRecord(row), version: row.version };
 }
 
-function sqliteCode(error: unknown): string {
-  return error instanceof Database.SqliteError ? error.code : error instanceof Error ? error.name : "unknown error";
+/** Creates the directories a database file goes in (`.strata/` of the README), as `mkdir -p` does. */
+function createParent(path: string): void {
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+  } catch (error) {
+    // Opening reports why, in words; the driver would only say it cannot open the file.
+    throw new StrataError("unavailable", `Cannot open the SQLite store: ${openFailure(error)}`, { cause: error });
+  }
+}
+
+/** Why a database could not be opened, in words, without the driver's text (which may name host paths). */
+function openFailure(error: unknown): string {
+  const code = (error as { code?: unknown })?.code;
+  switch (code) {
+    case "ENOENT":
+      return "its directory does not exist";
+    case "EACCES":
+    case "EPERM":
+    case "SQLITE_PERM":
+    case "SQLITE_READONLY":
+      return "permission denied";
+    case "ENOTDIR":
+    case "EEXIST":
+      return "a parent of it is a file, not a directory";
+    case "EROFS":
+      return "the file system is read-only";
+    case "ENOSPC":
+    case "SQLITE_FULL":
+      return "the disk is full";
+    case "EISDIR":
+      return "it is a directory";
+    case "SQLITE_NOTADB":
+    case "SQLITE_CORRUPT":
+      return "the file is not a SQLite database, or it is corrupt";
+    case "SQLITE_BUSY":
+      return "another connection holds it locked";
+    case "SQLITE_CANTOPEN":
+      return "the file cannot be opened (its directory is missing, or it is not readable and writable)";
+    default:
+      return typeof code === "string" ? `the database could not be opened (${code})` : "the database could not be opened";
+  }
 }
 
 /** Maps driver errors to typed ones; the driver's text is kept only as the cause. */

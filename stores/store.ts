@@ -1,6 +1,7 @@
 import { errors, StrataError } from "../core/errors.js";
 import { fileDataSize, isFileData } from "../core/filedata.js";
-import { normalizePath } from "../core/paths.js";
+import { checkQuota, type Quota, type Usage } from "../core/limits.js";
+import { ancestorsOf, normalizePath } from "../core/paths.js";
 import type { FileData } from "../core/types.js";
 
 /**
@@ -70,6 +71,12 @@ export interface Store {
    * without it the backend checks the tree, then puts.
    */
   putFile?(namespace: Namespace, key: string, value: FileData, options?: PutOptions): Promise<number>;
+  /**
+   * `putMany` of files, with the tree checked (as in `putFile`) for every
+   * entry in the same atomic step; on any failure nothing is stored. Optional:
+   * without it the backend stores file by file with `putFile`.
+   */
+  putFiles?(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]>;
   /** Stores many values atomically where the engine has transactions; returns new versions in order. */
   putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]>;
   /** Removes a key; false when it did not exist. */
@@ -89,6 +96,58 @@ export interface Store {
   search?(namespace: Namespace, substring: string, prefix: string): AsyncIterable<StoredItem>;
   /** Releases connections. The store is unusable afterwards. */
   close(): Promise<void>;
+}
+
+/**
+ * Options every bundled store accepts. `quota` limits each namespace (total
+ * bytes of content, number of files); a put that would go over it fails with
+ * `quota_exceeded`, checked in the same atomic step as the write. A put that
+ * shrinks, and every delete, is always allowed, so a full namespace can be
+ * cleaned up.
+ */
+export interface StoreQuotaOptions {
+  quota?: Quota;
+}
+
+/**
+ * The quota check of a batch: `current` gives the size of a key already
+ * stored (undefined when absent). Entries for one key count once, at their
+ * last value, as the batch stores them.
+ */
+export function checkBatchQuota(
+  quota: Quota | undefined,
+  usage: Usage,
+  entries: ReadonlyArray<readonly [string, number]>,
+  current: (key: string) => number | undefined,
+): void {
+  if (!quota || entries.length === 0) return;
+  const latest = new Map(entries);
+  const delta: Usage = { bytes: 0, files: 0 };
+  for (const [key, size] of latest) {
+    const before = current(key);
+    delta.bytes += size - (before ?? 0);
+    if (before === undefined) delta.files += 1;
+  }
+  checkQuota(quota, usage, delta, entries[0]![0]);
+}
+
+/**
+ * The tree check of `putFile`, for engines that answer two questions about a
+ * key: is it a stored file, is it a directory (holds keys under it). Throws
+ * `is_directory` for the root or a directory, `not_a_directory` when an
+ * ancestor is a file.
+ */
+export function checkTreeFor(key: string, isFile: (key: string) => boolean, isDirectory: (key: string) => boolean): void {
+  if (key === "/" || isDirectory(key)) throw errors.isDirectory(key);
+  for (const dir of ancestorsOf(key)) if (dir !== "/" && isFile(dir)) throw errors.notADirectory(key);
+}
+
+/** A batch of files must itself be a tree: no key may be an ancestor of another (`not_a_directory`). */
+export function checkBatchConsistent(keys: readonly string[]): void {
+  const all = new Set(keys);
+  for (const key of keys) {
+    for (const dir of ancestorsOf(key)) if (dir !== "/" && all.has(dir)) throw errors.notADirectory(key);
+  }
 }
 
 /** Validates a namespace: a non-empty array of non-empty strings without NUL. */

@@ -4,7 +4,7 @@
  * listings that read only the directory asked for.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
@@ -13,7 +13,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { StateBackend } from "../backends/state.js";
 import { StoreBackend } from "../backends/store.js";
 import { isStrataError } from "../core/errors.js";
-import { fileDataFromBytes, fileDataFromText } from "../core/filedata.js";
+import { fileDataFromBytes, fileDataFromText, fileDataText } from "../core/filedata.js";
 import { SqliteStore } from "../stores/sqlite.js";
 import { crashFileContent, CRASH_BATCH, CRASH_FILES } from "./fixtures/sqlite-crash-content.js";
 
@@ -240,16 +240,48 @@ describe("SqliteStore", () => {
     }
   });
 
-  it("never shows the host path when it cannot open the file", () => {
-    const missing = join(dir, "no-such-dir", "store.db");
-    let error: unknown;
-    try {
-      new SqliteStore({ path: missing });
-    } catch (e) {
-      error = e;
+  it("creates the parent directories of its file, as the README's .strata/memories.db needs", async () => {
+    const path = join(dir, `parents-${++databases}`, ".strata", "memories.db");
+    const store = new SqliteStore({ path });
+    await store.put(["ns"], "/f", fileDataFromText("kept"));
+    await store.close();
+    const again = new SqliteStore({ path });
+    expect(fileDataText((await again.get(["ns"], "/f"))!.value)).toBe("kept");
+    await again.close();
+  });
+
+  it("refuses a missing path (no silent temporary database); an in-memory one is asked for by name", async () => {
+    for (const path of [undefined, "", null, 42]) {
+      expect(() => new SqliteStore({ path: path as unknown as string })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
     }
-    expect(isStrataError(error, "unavailable")).toBe(true);
-    expect((error as Error).message).not.toContain(dir);
+    expect(() => new SqliteStore(undefined as unknown as { path: string })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+    const memory = new SqliteStore({ path: ":memory:" });
+    await memory.put(["ns"], "/f", fileDataFromText("x"));
+    expect(await memory.get(["ns"], "/f")).toBeDefined();
+    await memory.close();
+  });
+
+  it("says in words why it cannot open the file, never the host path nor an exception's name", () => {
+    const file = join(dir, `plain-${++databases}`);
+    writeFileSync(file, "not a directory");
+    const cases: Array<[string, RegExp]> = [
+      [join(file, "store.db"), /a parent of it is a file/],
+      [dir, /cannot be opened|is a directory/],
+      [file, /not a SQLite database/],
+    ];
+    for (const [path, why] of cases) {
+      let error: unknown;
+      try {
+        new SqliteStore({ path });
+      } catch (e) {
+        error = e;
+      }
+      expect(isStrataError(error, "unavailable"), path).toBe(true);
+      const message = (error as Error).message;
+      expect(message).toMatch(why);
+      expect(message).not.toContain(dir);
+      expect(message).not.toMatch(/TypeError|SqliteError|Error\b/);
+    }
   });
 
   it("greps through the trigram index exactly as StateBackend does", async () => {
