@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
+import { homedir } from "node:os";
 import { delimiter, join } from "node:path";
 import { StrataError } from "../core/errors.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
@@ -126,7 +127,8 @@ export class DockerProvider extends SandboxProviderBase {
  * A workspace directory on a machine reached over SSH, configured by the
  * environment: STRATA_SSH_HOST, STRATA_SSH_PORT (default 22), STRATA_SSH_USER,
  * STRATA_SSH_KEY (path of the private key), STRATA_SSH_HOST_KEY (path of the
- * server's public key; when set, any other server key is refused) and
+ * server's public key; any other server key is refused; without it the key
+ * must be in STRATA_SSH_KNOWN_HOSTS, default ~/.ssh/known_hosts) and
  * STRATA_SSH_ROOT (where workspaces are made, default /tmp).
  *
  * Without `workingDir` each sandbox gets a fresh private directory under the
@@ -173,6 +175,7 @@ export class SshProvider extends SandboxProviderBase {
       ...target,
       privateKey: readFileSync(process.env.STRATA_SSH_KEY!),
       hostKey: hostKeyFile ? readFileSync(hostKeyFile, "utf8").trim() : undefined,
+      knownHosts: hostKeyFile ? undefined : process.env.STRATA_SSH_KNOWN_HOSTS || join(homedir(), ".ssh", "known_hosts"),
       env: spec.env,
     });
     if (owned) {

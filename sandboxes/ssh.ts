@@ -14,7 +14,7 @@
  * argv, so the exec line is a fixed text; the environment, the working
  * directory and the command travel over the channel's stdin (see EXEC_LINE).
  */
-import { createHash, createHmac, randomUUID } from "node:crypto";
+import { createHash, createHmac } from "node:crypto";
 import { readFileSync } from "node:fs";
 import ssh2 from "ssh2";
 import type { ClientChannel, ConnectConfig, SFTPWrapper, Stats } from "ssh2";
@@ -24,6 +24,7 @@ import { baseName, normalizePath, parentOf } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileOperationError, FileUploadResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES, shellQuote } from "./base.js";
 import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
+import { tempName } from "./shell.js";
 
 export interface SshSandboxOptions extends BaseSandboxOptions {
   host: string;
@@ -280,7 +281,8 @@ export class SshSandbox extends BaseSandbox {
           throw error;
         });
         if (existing?.isDirectory()) throw errors.isDirectory(path);
-        const temp = `${parent}/.strata-upload-${randomUUID()}`;
+        // The shared temporary-name convention: listings, grep and glob leave such names out.
+        const temp = `${parent}/${tempName()}`;
         try {
           // Created private; an overwritten regular file's mode is kept, a new file gets the usual 0666 & ~umask.
           await call<void>((done) => sftp.writeFile(temp, Buffer.from(content.buffer, content.byteOffset, content.byteLength), { mode: 0o600 }, done));

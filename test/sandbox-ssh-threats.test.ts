@@ -200,6 +200,8 @@ describe("SshSandbox when the connection drops", () => {
     expect(sandbox.stats.connections).toBe(2);
     // The cut file never replaced anything: the target does not exist.
     expect((await sandbox.execute("test -e big.bin && echo there || echo absent")).output).toBe("absent\n");
+    // What the cut transfer left is a temporary name, which listings leave out.
+    expect(JSON.stringify(await sandbox.lsInfo("/"))).not.toContain(".strata-");
   });
 
   it("answers a 50 MB download cut mid-way per item (never a throw), and the next call reconnects", async () => {
