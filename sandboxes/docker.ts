@@ -12,6 +12,29 @@
  * root filesystem is read-only too: only the workspace (a volume of the
  * container's own) and /tmp (a tmpfs) are writable.
  *
+ * Links, one rule per direction. Reads (download, `read`, `cat`) resolve a
+ * path as the shell does, following links wherever they point inside the
+ * container, with the user's rights: a download can show nothing a command
+ * could not print. Writes (upload, `write`) never pass through a link: a
+ * link among the parent directories refuses the file (permission_denied),
+ * a link at the path itself is replaced. The check and the write are not
+ * one atomic step, but both run as the command user, so a command racing
+ * them gains nothing it could not do itself.
+ *
+ * Stopping commands: a timeout, an abort or close() kills the command's
+ * process group, every process carrying its marker variable, every process
+ * still holding its output pipe, and, in a container this sandbox owns
+ * (created, or removeOnClose), every orphan started since the command
+ * began, which catches `setsid env -i cmd >/dev/null &`. An attached
+ * sandbox shares the container with others, so there such an escapee
+ * (its own session, no marker, output elsewhere) survives: the limit of
+ * attach. After a normal exit, only what still holds the output is killed;
+ * a background job writing elsewhere is left running, as in every sandbox.
+ *
+ * Not hidden: /proc/self/mountinfo shows the host paths of the workspace
+ * volume and the image layers (Docker does not mask it). No host process
+ * takes a path or environment from the caller, so they are inert.
+ *
  * Why not the archive API: the daemon unpacks an archive as root, outside
  * the container's mounts, following links a command planted (a link to
  * /usr/bin let an upload replace /usr/bin/ls in the read-only image, and a
