@@ -2,6 +2,8 @@ import pg from "pg";
 import type { Pool, PoolClient, QueryResultRow } from "pg";
 import { errors, StrataError } from "../core/errors.js";
 import { encodeText } from "../core/filedata.js";
+import { checkQuota, validateQuota, type Quota, type Usage } from "../core/limits.js";
+import { ancestorsOf } from "../core/paths.js";
 import type { FileData } from "../core/types.js";
 import {
   checkEngineKey,
@@ -14,6 +16,8 @@ import {
   type EngineRecord,
 } from "./records.js";
 import {
+  checkBatchConsistent,
+  checkBatchQuota,
   namespaceKey,
   prefixEnd,
   storeClosed,
@@ -27,9 +31,10 @@ import {
   type Store,
   type StoredItem,
   type StoredKey,
+  type StoreQuotaOptions,
 } from "./store.js";
 
-export interface PostgresStoreOptions {
+export interface PostgresStoreOptions extends StoreQuotaOptions {
   /** `postgres://user@host:port/db`; the store opens (and closes) a pool of its own. */
   connectionString?: string;
   /** A pool owned by the caller; `close()` leaves it open. */
@@ -42,9 +47,15 @@ export interface PostgresStoreOptions {
   maxValueSize?: number;
   /** Longest a statement may run, server side (default 30 s); the client gives up 5 s later. */
   statementTimeoutMs?: number;
-  /** Longest to wait for a connection (default 5 s). */
+  /** Longest to wait for the server to accept a new connection (default 5 s); past it the store reports `unavailable`. */
   connectTimeoutMs?: number;
-  /** Connections in the store's own pool (default 10). */
+  /**
+   * Longest an operation waits for a free connection when all of them are in
+   * use (default 30 s). Waiting is normal under load; past this the operation
+   * fails with `busy`, never `unavailable`.
+   */
+  acquireTimeoutMs?: number;
+  /** Connections in the store's own pool (default 10); with a caller's pool, its `max`. */
   maxConnections?: number;
 }
 
@@ -103,6 +114,9 @@ export class PostgresStore implements Store {
   private readonly maxValueSize: number;
   private schemaReady: Promise<void> | undefined;
   private closed = false;
+  private readonly quota: Quota | undefined;
+  /** Operations holding or waiting for one of the pool's connections. */
+  private readonly gate: Gate;
 
   constructor(private readonly options: PostgresStoreOptions) {
     const schema = options.schema ?? "public";
@@ -114,6 +128,13 @@ export class PostgresStore implements Store {
     this.sequence = `${pg.escapeIdentifier(schema)}.${pg.escapeIdentifier(`${table}_version`)}`;
     this.nextVersion = `nextval('${this.sequence.replace(/'/g, "''")}'::regclass)`;
     this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
+    this.quota = validateQuota(options.quota);
+    const acquireTimeoutMs = options.acquireTimeoutMs ?? 30_000;
+    if (!Number.isFinite(acquireTimeoutMs) || acquireTimeoutMs <= 0 || acquireTimeoutMs > 0x7fffffff) {
+      throw errors.invalidArgument(`acquireTimeoutMs must be a positive number of milliseconds up to ${0x7fffffff}, got ${acquireTimeoutMs}`);
+    }
+    const size = options.pool ? ((options.pool as unknown as { options?: { max?: number } }).options?.max ?? 10) : (options.maxConnections ?? 10);
+    this.gate = new Gate(Math.max(1, size), acquireTimeoutMs);
     if (options.pool) {
       this.pool = options.pool;
       this.ownsPool = false;
@@ -151,11 +172,53 @@ export class PostgresStore implements Store {
   }
 
   async put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    // With a quota, the usage read and the write must not interleave with another writer's.
+    if (this.quota) return this.putLocked(namespace, key, value, options, false);
     const ns = namespaceKey(namespace);
     const record = toEngineRecord(this.checkKey(ns, key), value, this.maxValueSize);
+    const { sql, params } = this.putStatement(ns, key, record, options.expectedVersion);
+    const { rows } = await this.query<{ version: string }>(sql, params);
+    if (rows[0]) return Number(rows[0].version);
+    throw versionConflict(key, options.expectedVersion ?? null, (await this.get(namespace, key))?.version);
+  }
+
+  /**
+   * `put` with the tree checked in its transaction. Every tree-checked or
+   * quota-checked write of a namespace first takes one advisory lock of that
+   * namespace, so two writers cannot both see `/a` free and store `/a` and
+   * `/a/b`: the second one waits, then sees the first one's row.
+   */
+  putFile(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.putLocked(namespace, key, value, options, true);
+  }
+
+  /** `putMany` with every entry's tree check under the namespace's lock, in the batch's transaction. */
+  putFiles(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.putBatch(namespace, entries, true);
+  }
+
+  private async putLocked(namespace: Namespace, key: string, value: FileData, options: PutOptions, asFile: boolean): Promise<number> {
+    const ns = namespaceKey(namespace);
+    const record = toEngineRecord(this.checkKey(ns, key), value, this.maxValueSize);
+    const expected = options.expectedVersion;
+    return this.transaction(async (client) => {
+      await this.lockNamespace(client, ns);
+      const { rows: found } = await client.query<{ version: string; size: string }>(`SELECT version, size FROM ${this.table} WHERE ns = $1 AND key = $2`, [ns, key]);
+      const current = found[0] ? { version: Number(found[0].version), size: Number(found[0].size) } : undefined;
+      if (!versionMatches(expected, current?.version)) throw versionConflict(key, expected ?? null, current?.version);
+      if (asFile) await this.checkTree(client, ns, [key]);
+      if (this.quota) checkQuota(this.quota, await this.usage(client, ns), { bytes: record.size - (current?.size ?? 0), files: current ? 0 : 1 }, key);
+      const { sql, params } = this.putStatement(ns, key, record, expected);
+      const { rows } = await client.query<{ version: string }>(sql, params);
+      if (!rows[0]) throw versionConflict(key, expected ?? null, current?.version);
+      return Number(rows[0].version);
+    });
+  }
+
+  /** The one statement that stores a record, conditional on `expected` as `put` documents. */
+  private putStatement(ns: string, key: string, record: EngineRecord, expected: number | null | undefined): { sql: string; params: unknown[] } {
     const { dir } = splitKey(key);
     const fields = [ns, key, dir, record.encoding, record.content, record.original, record.size, record.created_at, record.modified_at];
-    const expected = options.expectedVersion;
     let sql: string;
     if (expected === undefined) {
       sql = `${this.insertRow(`VALUES ($1, $2, $3, ${this.nextVersion}, $4, $5, $6, $7, $8, $9)`)} ON CONFLICT (ns, key) DO UPDATE SET ${UPSERT} RETURNING version`;
@@ -166,22 +229,64 @@ export class PostgresStore implements Store {
       sql = `UPDATE ${this.table} SET version = ${this.nextVersion}, encoding = $4, content = $5, original = $6, size = $7, created_at = $8,
              modified_at = $9 WHERE ns = $1 AND key = $2 AND dir = $3 AND version = $10 RETURNING version`;
     }
-    const params: unknown[] = typeof expected === "number" ? [...fields, expected] : fields;
-    const { rows } = await this.query<{ version: string }>(sql, params);
-    if (rows[0]) return Number(rows[0].version);
-    throw versionConflict(key, expected ?? null, (await this.get(namespace, key))?.version);
+    return { sql, params: typeof expected === "number" ? [...fields, expected] : fields };
   }
 
-  async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+  /** Serialises the namespace's tree- and quota-checked writes until the transaction ends. */
+  private async lockNamespace(client: PoolClient, ns: string): Promise<void> {
+    await client.query("SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))", [this.table, ns]);
+  }
+
+  /** `is_directory` when keys exist under a key, `not_a_directory` when an ancestor is a key. */
+  private async checkTree(client: PoolClient, ns: string, keys: readonly string[]): Promise<void> {
+    for (const key of keys) {
+      const range = keyRange(`${key}/`);
+      const ancestors = ancestorsOf(key).filter((dir) => dir !== "/");
+      const { rows } = await client.query<{ under: boolean; above: boolean }>(
+        `SELECT EXISTS (SELECT 1 FROM ${this.table} WHERE ns = $1 AND key >= $2 AND key < $3) AS under,
+                EXISTS (SELECT 1 FROM ${this.table} WHERE ns = $1 AND key = ANY($4::text[])) AS above`,
+        [ns, range.start, range.end, ancestors],
+      );
+      if (key === "/" || rows[0]?.under) throw errors.isDirectory(key);
+      if (rows[0]?.above) throw errors.notADirectory(key);
+    }
+  }
+
+  /** What a namespace holds, read inside a write's transaction (only when a quota is set: it reads every row's size). */
+  private async usage(client: PoolClient, ns: string): Promise<Usage> {
+    const { rows } = await client.query<{ bytes: string; files: string }>(
+      `SELECT coalesce(sum(size), 0) AS bytes, count(*) AS files FROM ${this.table} WHERE ns = $1`,
+      [ns],
+    );
+    return { bytes: Number(rows[0]!.bytes), files: Number(rows[0]!.files) };
+  }
+
+  putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.putBatch(namespace, entries, false);
+  }
+
+  private async putBatch(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>, asFiles: boolean): Promise<number[]> {
     const ns = namespaceKey(namespace);
     // The last value for a key wins, as if the puts ran in order; sorting by key
     // makes concurrent putMany calls lock rows in one order, so they never deadlock.
     const latest = new Map<string, EngineRecord>();
     for (const [key, value] of entries) latest.set(key, toEngineRecord(this.checkKey(ns, key), value, this.maxValueSize));
     const keys = [...latest.keys()].sort(byCodePoint);
+    if (asFiles) checkBatchConsistent(keys);
     const versions = new Map<string, number>();
     if (keys.length > 0) {
       await this.transaction(async (client) => {
+        if (asFiles || this.quota) await this.lockNamespace(client, ns);
+        if (asFiles) await this.checkTree(client, ns, keys);
+        if (this.quota) {
+          const { rows: sizes } = await client.query<{ key: string; size: string }>(
+            `SELECT key, size FROM ${this.table} WHERE ns = $1 AND key = ANY($2::text[])`,
+            [ns, keys],
+          );
+          const current = new Map(sizes.map((row) => [row.key, Number(row.size)]));
+          const batch = keys.map((key) => [key, latest.get(key)!.size] as const);
+          checkBatchQuota(this.quota, await this.usage(client, ns), batch, (key) => current.get(key));
+        }
         for (let start = 0; start < keys.length; ) {
           let end = start;
           for (let bytes = 0; end < keys.length && end - start < BATCH_ROWS && bytes < BATCH_BYTES; end++) {
@@ -334,31 +439,33 @@ export class PostgresStore implements Store {
   }
 
   private query<R extends QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
-    return this.withSchema(() => this.pool.query<R>(sql, params));
+    return this.withSchema(() => this.gate.run(() => this.pool.query<R>(sql, params)));
   }
 
   private transaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
-    return this.withSchema(async () => {
-      const client = await this.pool.connect();
-      // A connection lost while checked out is reported through the failing query;
-      // without a listener the client's 'error' event would crash the process.
-      const ignore = () => {};
-      client.on("error", ignore);
-      let lost = false;
-      try {
-        await client.query("BEGIN");
-        const result = await work(client);
-        await client.query("COMMIT");
-        return result;
-      } catch (error) {
-        lost = storeError(error).code === "unavailable";
-        if (!lost) await client.query("ROLLBACK").catch(() => {});
-        throw error;
-      } finally {
-        client.off("error", ignore);
-        client.release(lost);
-      }
-    });
+    return this.withSchema(() => this.gate.run(() => this.inTransaction(work)));
+  }
+
+  private async inTransaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    // A connection lost while checked out is reported through the failing query;
+    // without a listener the client's 'error' event would crash the process.
+    const ignore = () => {};
+    client.on("error", ignore);
+    let lost = false;
+    try {
+      await client.query("BEGIN");
+      const result = await work(client);
+      await client.query("COMMIT");
+      return result;
+    } catch (error) {
+      lost = storeError(error).code === "unavailable";
+      if (!lost) await client.query("ROLLBACK").catch(() => {});
+      throw error;
+    } finally {
+      client.off("error", ignore);
+      client.release(lost);
+    }
   }
 
   /**
@@ -439,6 +546,62 @@ export class PostgresStore implements Store {
       client.off("error", ignore);
       client.release();
     }
+  }
+}
+
+/**
+ * At most `size` operations at once, the rest waiting in arrival order for at
+ * most `timeoutMs`. The pool would queue them too, but its one timeout cannot
+ * tell a long queue (busy: wait or retry) from a server that does not answer
+ * (unavailable); behind this gate, the pool's own timeout only ever times a
+ * real connection attempt.
+ */
+class Gate {
+  private active = 0;
+  private readonly waiting: Array<() => void> = [];
+
+  constructor(
+    private readonly size: number,
+    private readonly timeoutMs: number,
+  ) {}
+
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    await this.enter();
+    try {
+      return await task();
+    } finally {
+      this.leave();
+    }
+  }
+
+  private enter(): Promise<void> {
+    if (this.active < this.size) {
+      this.active++;
+      return Promise.resolve();
+    }
+    return new Promise((resolve, reject) => {
+      const admit = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.waiting.splice(this.waiting.indexOf(admit), 1);
+        reject(
+          new StrataError(
+            "busy",
+            `The PostgreSQL store is busy: all ${this.size} connections stayed in use for ${this.timeoutMs} ms. Retry later, or raise maxConnections or acquireTimeoutMs`,
+          ),
+        );
+      }, this.timeoutMs);
+      this.waiting.push(admit);
+    });
+  }
+
+  /** Hands the slot straight to the next waiter, so a newcomer cannot overtake the queue. */
+  private leave(): void {
+    const next = this.waiting.shift();
+    if (next) next();
+    else this.active--;
   }
 }
 

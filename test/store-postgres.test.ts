@@ -163,3 +163,46 @@ describe("PostgresStore: schema and indexes", () => {
     await pool.end();
   });
 });
+
+describe("PostgresStore: waiting for a connection is not an outage", () => {
+  const big = (i: number) => fileDataFromText(`${String(i).padStart(4, "0")} ${"x".repeat(2 * 1024 * 1024)} needle-${i}\n`);
+
+  it("queues 100 concurrent 2 MB writes and 100 greps on a pool of 2: every one succeeds", async () => {
+    const store = new PostgresStore({ connectionString: url, maxConnections: 2 });
+    const ns = [`queue-${randomUUID()}`];
+    try {
+      const writes = await Promise.allSettled(Array.from({ length: 100 }, (_, i) => store.put(ns, `/big/${i}.txt`, big(i))));
+      expect(writes.filter((result) => result.status === "rejected")).toEqual([]);
+      const greps = await Promise.allSettled(Array.from({ length: 100 }, (_, i) => collect(store.search!(ns, `needle-${i}\n`, "/big/"))));
+      expect(greps.filter((result) => result.status === "rejected")).toEqual([]);
+      greps.forEach((result, i) => expect((result as PromiseFulfilledResult<StoredItem[]>).value.map((item) => item.key)).toEqual([`/big/${i}.txt`]));
+    } finally {
+      await store.deleteTree(ns, "/");
+      await store.close();
+    }
+  });
+
+  it("answers busy, not unavailable, when the wait for a connection runs out, and keeps working", async () => {
+    const store = new PostgresStore({ connectionString: url, maxConnections: 1, acquireTimeoutMs: 20 });
+    const ns = [`busy-${randomUUID()}`];
+    try {
+      const results = await Promise.allSettled(Array.from({ length: 20 }, (_, i) => store.put(ns, `/f${i}`, big(i))));
+      const codes = new Set(results.map((result) => (result.status === "fulfilled" ? "ok" : isStrataError(result.reason) ? result.reason.code : "untyped")));
+      expect(codes.has("busy")).toBe(true);
+      expect([...codes].every((code) => code === "ok" || code === "busy")).toBe(true);
+      const rejected = results.find((result) => result.status === "rejected") as PromiseRejectedResult;
+      expect(rejected.reason.message).toMatch(/busy: all 1 connections stayed in use for 20 ms/);
+      await store.put(ns, "/after", fileDataFromText("fine"));
+      expect(await store.get(ns, "/after")).toBeDefined();
+    } finally {
+      await store.deleteTree(ns, "/");
+      await store.close();
+    }
+  });
+
+  it("refuses an acquireTimeoutMs no timer can honour", () => {
+    for (const acquireTimeoutMs of [0, -1, Number.NaN, Infinity, 2 ** 31]) {
+      expect(() => new PostgresStore({ connectionString: url, acquireTimeoutMs })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+    }
+  });
+});
