@@ -16,8 +16,11 @@ import { TEST_LABELS, dockerService } from "./support/sandbox-services.js";
 
 const { socket, images } = dockerService();
 
-const create = (image: string) => (limits: ContainmentLimits) =>
-  DockerSandbox.create({
+/** Where each sandbox's workspace volume lives on the host, read from the daemon at creation. */
+const hostWorkspaces = new WeakMap<object, string>();
+
+const create = (image: string) => async (limits: ContainmentLimits) => {
+  const sandbox = await DockerSandbox.create({
     image,
     docker: socket,
     labels: TEST_LABELS,
@@ -25,8 +28,13 @@ const create = (image: string) => (limits: ContainmentLimits) =>
     memoryMb: limits.memoryMb,
     pidsLimit: limits.maxProcesses,
   });
+  const info = await sandbox.container.inspect();
+  hostWorkspaces.set(sandbox, info.Mounts.find((mount) => mount.Destination === sandbox.workspace)?.Source ?? "");
+  return sandbox;
+};
+const hostWorkspace = (sandbox: object) => hostWorkspaces.get(sandbox) ?? "";
 
-containmentCases({ name: "docker (busybox)", create: create(images.busybox) });
+containmentCases({ name: "docker (busybox)", create: create(images.busybox), hostWorkspace });
 commandCases({ name: "docker (gnu)", create: create(images.gnu) });
 
 /**
