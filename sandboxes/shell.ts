@@ -129,12 +129,14 @@ export const LOCK_FN = `lock() {
  * - swap: under the lock, only if "$P" still has the md5 "$H" (edit's
  *   compare-and-swap: the compare and the rename are one step for every
  *   Strata writer, since overwrite takes the same lock).
- * Content goes to a temporary file first, so a failed write never leaves a
- * half-written file; an existing file's mode is kept. A failed write removes
+ * Content goes to a temporary file in the workspace's top directory first
+ * (same file system, so the final step is a rename or a link, and can be
+ * retried when a concurrent delete removed the parent), so a failed write
+ * never leaves a half-written file; an existing file's mode is kept. A failed write removes
  * the directories it created (only those: rmdir stops at a non-empty one).
  * The first line printed is the status, `ok UB UF DB DF` on success.
  */
-export const WRITE_FROM_STDIN = (temp: string, mode: "create" | "replace" | "swap") => `d=\${P%/*}; d=\${d:-/}; t="$d/${temp}"
+export const WRITE_FROM_STDIN = (temp: string, mode: "create" | "replace" | "swap") => `d=\${P%/*}; d=\${d:-/}; t="$W/${temp}"
 c=; a=$d; made=; locked=; done=
 while [ "\${#a}" -gt "\${#W}" ] && [ ! -e "$a" ] && [ ! -L "$a" ]; do c=$a; a=\${a%/*}; done
 undo() {
@@ -146,6 +148,14 @@ undo() {
     x=\${x%/*}
   done
 }
+why() {
+  a=$d
+  while [ "\${#a}" -gt "\${#W}" ]; do
+    if [ -e "$a" ] || [ -L "$a" ]; then [ -d "$a" ] || { echo notdir; return; }; fi
+    a=\${a%/*}
+  done
+  if [ -w "$d" ]; then echo failed; else echo denied; fi
+}
 cleanup() { rm -f -- "$t"; [ -z "$locked" ] || rmdir -- "$L"; [ -n "$done" ] || undo; }
 old() { o=0; e=0; if [ -f "$P" ]; then o=$(stat -L -c %s -- "$P"); e=1; fi; }
 trap cleanup EXIT
@@ -153,22 +163,28 @@ ${mode === "swap" ? CHECK_REGULAR_FILE : CHECK_PLACE_FOR_FILE}
 ${mode === "create" ? `if [ -e "$P" ] || [ -L "$P" ]; then echo exists; exit 0; fi
 ` : ""}old
 room $((N - o)) $((1 - e)) || exit 0
-mkdir -p -- "$d" || { made=1; echo denied; exit 0; }
+mkdir -p -- "$d" || { made=1; why; exit 0; }
 made=1
-if ! cat > "$t"; then if [ -w "$d" ]; then echo failed; else echo denied; fi; exit 0; fi
-${mode === "create" ? `if ln -- "$t" "$P"; then
-  if [ -e "$P/${temp}" ]; then rm -f -- "$P/${temp}"; echo isdir; exit 0; fi
-  done=1; echo "ok $UB $UF $N 1"; exit 0
-fi
-if [ -e "$P" ] || [ -L "$P" ]; then echo exists; else echo denied; fi` : `lock || { echo busy; exit 0; }
+cat > "$t" || { why; exit 0; }
+${mode === "create" ? "" : `lock || { echo busy; exit 0; }
 ${mode === "swap" ? `${CHECK_REGULAR_FILE}
 h=$(md5sum < "$P")
 [ "\${h%% *}" = "$H" ] || { echo conflict; exit 0; }` : `[ -d "$P" ] && { echo isdir; exit 0; }`}
 old
 [ "$e" = 1 ] && chmod "$(stat -L -c %a -- "$P")" "$t"
 room $((N - o)) $((1 - e)) || exit 0
-if mv -f -- "$t" "$P"; then done=1; echo "ok $UB $UF $((N - o)) $((1 - e))"; exit 0; fi
-if [ -w "$d" ]; then echo failed; else echo denied; fi`}`;
+`}n=0
+while :; do
+  # A directory appearing at "$P" meanwhile would receive the file inside it: take it back out.
+  if ${mode === "create" ? `ln -- "$t" "$P"` : `mv -f -- "$t" "$P"`}; then
+    if [ -e "$P/${temp}" ]; then rm -f -- "$P/${temp}"; echo isdir; exit 0; fi
+    done=1; echo "ok $UB $UF $((N - o)) $((1 - e))"; exit 0
+  fi
+  ${mode === "create" ? `if [ -e "$P" ] || [ -L "$P" ]; then echo exists; exit 0; fi` : ":"}
+  # A concurrent delete removed the directory: make it again, as a later write would.
+  n=$((n + 1)); [ "$n" -lt 3 ] && [ ! -d "$d" ] && mkdir -p -- "$d" && continue
+  why; exit 0
+done`;
 
 /** `place PATH`: prints whether PATH may become a file: ok, isdir, or notdir (an ancestor up to "$W" is a file). */
 export const PLACE_FN = `place() {
