@@ -648,6 +648,17 @@ sed -n '${int(offset + 1)},${int(last)}p;${int(last)}q' < "$P" | head -c ${MAX_W
 
   /** The whole file, its modification time and a checksum the shell can recompute (for edit's swap). */
   private async fetchFile(path: string): Promise<{ data: FileDataV2; checksum: string }> {
+    // The shell checks, hashes and sends the file in separate reads: a writer or a delete between them tears the answer; fetch again.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.fetchFileOnce(path);
+      } catch (error) {
+        if (!isStrataError(error, "conflict") || attempt >= 3) throw error;
+      }
+    }
+  }
+
+  private async fetchFileOnce(path: string): Promise<{ data: FileDataV2; checksum: string }> {
     const { fields, payload } = await this.runScript(
       path,
       `P=${shellQuote(this.sandboxPath(path))}
@@ -661,9 +672,12 @@ base64 < "$P"`,
     );
     const modified = new Date(Number(fields[1]) * 1000);
     const timestamp = Number.isFinite(modified.getTime()) && modified.getTime() > 0 ? modified.toISOString() : undefined;
-    const data = fileDataFromBytes(fromBase64(payload), timestamp);
+    const bytes = fromBase64(payload);
+    const checksum = fields[2] ?? "";
+    if (createHash("md5").update(bytes).digest("hex") !== checksum) throw errors.conflict(path, "it changed while it was read");
+    const data = fileDataFromBytes(bytes, timestamp);
     if (timestamp) data.modified_at = timestamp;
-    return { data, checksum: fields[2] ?? "" };
+    return { data, checksum };
   }
 
   async write(filePath: string, content: string, options: WriteOptions = {}): Promise<WriteResult> {
@@ -713,11 +727,11 @@ ${WRITE_FROM_STDIN(tempName(), mode)}`,
       this.assertOpen();
       path = normalizePath(filePath);
       for (let attempt = 1; ; attempt++) {
-        const { data, checksum } = await this.fetchFile(path);
-        const text = fileDataText(data);
-        if (text === null) throw errors.binary(path, fileDataSize(data));
-        const { text: updated, occurrences } = applyEdit(text, oldString, newString, replaceAll, path);
         try {
+          const { data, checksum } = await this.fetchFile(path);
+          const text = fileDataText(data);
+          if (text === null) throw errors.binary(path, fileDataSize(data));
+          const { text: updated, occurrences } = applyEdit(text, oldString, newString, replaceAll, path);
           await this.putText(path, updated, "swap", checksum);
           return { path, occurrences, filesUpdate: null };
         } catch (error) {
