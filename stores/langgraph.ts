@@ -1,10 +1,13 @@
 import type { BaseStore, Item } from "@langchain/langgraph-checkpoint";
-import { StrataError } from "../core/errors.js";
-import { encodeBase64, fileDataText, isFileData } from "../core/filedata.js";
-import { isWithin, normalizePath, parentOf, relativeTo } from "../core/paths.js";
+import { errors, StrataError } from "../core/errors.js";
+import { encodeBase64, fileDataSize, fileDataText, isFileData } from "../core/filedata.js";
+import { validateQuota, type Quota, type Usage } from "../core/limits.js";
+import { ancestorsOf, isWithin, normalizePath, parentOf, relativeTo } from "../core/paths.js";
 import type { FileData } from "../core/types.js";
 import { DEFAULT_MAX_VALUE_SIZE } from "./records.js";
 import {
+  checkBatchConsistent,
+  checkBatchQuota,
   checkValueSize,
   describeKey,
   storeClosed,
@@ -21,9 +24,10 @@ import {
   type Store,
   type StoredItem,
   type StoredKey,
+  type StoreQuotaOptions,
 } from "./store.js";
 
-export interface LangGraphStoreOptions {
+export interface LangGraphStoreOptions extends StoreQuotaOptions {
   /** Items fetched per `search` call while scanning a namespace (default 500). */
   pageSize?: number;
   /** Largest value, in bytes, a put accepts (default 64 MiB); larger ones fail with `too_large`. */
@@ -50,10 +54,18 @@ const DEFAULT_PAGE = 1000;
  *   and keep only items whose namespace is exactly the one asked for.
  * - It has no transactions: `putMany` is one `batch` call, atomic only
  *   where the underlying store makes batches atomic.
+ * - The tree check of `putFile`/`putFiles` (a path is never both a file and a
+ *   directory) and the quota check hold only among writes through this one
+ *   adapter, which runs them one at a time; they cost a scan of the
+ *   namespace per write, as BaseStore has no key-range query. Another
+ *   process, or code writing to the BaseStore directly, can still put `/a`
+ *   and `/a/b` side by side or go past the quota: LangGraph gives no way to
+ *   prevent it.
  */
 export class LangGraphStore implements Store {
   private readonly pageSize: number;
   private readonly maxValueSize: number;
+  private readonly quota: Quota | undefined;
   private writes: Promise<unknown> = Promise.resolve();
   private lastVersion = 0;
   private closed = false;
@@ -64,6 +76,7 @@ export class LangGraphStore implements Store {
   ) {
     this.pageSize = Math.max(1, options.pageSize ?? 500);
     this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
+    this.quota = validateQuota(options.quota);
   }
 
   /** The wrapped LangGraph store, as an escape hatch. */
@@ -80,25 +93,45 @@ export class LangGraphStore implements Store {
     return stored;
   }
 
-  async put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+  put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.putOne(namespace, key, value, options, false);
+  }
+
+  /** `put` with the tree checked first, inside this adapter's one-at-a-time writes (see the class comment for its limits). */
+  putFile(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.putOne(namespace, key, value, options, true);
+  }
+
+  putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.putBatch(namespace, entries, false);
+  }
+
+  putFiles(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.putBatch(namespace, entries, true);
+  }
+
+  private async putOne(namespace: Namespace, key: string, value: FileData, options: PutOptions, asFile: boolean): Promise<number> {
     this.check(namespace, key);
     this.checkValue(key, value);
     return this.exclusive(async () => {
       const current = await this.call(() => this.store.get([...namespace], key));
       const version = current ? versionOf(current) : undefined;
       if (!versionMatches(options.expectedVersion, version)) throw versionConflict(key, options.expectedVersion ?? null, version);
+      if (asFile || this.quota) await this.checkPlaces(namespace, [[key, value]], asFile);
       const next = this.nextVersion(version);
       await this.call(() => this.store.put([...namespace], key, toStoreValue(value, next)));
       return next;
     });
   }
 
-  async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+  private async putBatch(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>, asFiles: boolean): Promise<number[]> {
     for (const [key, value] of entries) {
       this.check(namespace, key);
       this.checkValue(key, value);
     }
+    if (asFiles) checkBatchConsistent(entries.map(([key]) => key));
     return this.exclusive(async () => {
+      if (asFiles || this.quota) await this.checkPlaces(namespace, entries, asFiles);
       const ns = [...namespace];
       const current = await this.call(() => this.store.batch(entries.map(([key]) => ({ namespace: ns, key }))));
       const latest = new Map<string, number | undefined>();
@@ -111,6 +144,22 @@ export class LangGraphStore implements Store {
       await this.call(() => this.store.batch(entries.map(([key, value], i) => ({ namespace: ns, key, value: toStoreValue(value, versions[i]!) }))));
       return versions;
     });
+  }
+
+  /** The tree and quota checks, from one scan of the namespace. */
+  private async checkPlaces(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>, checkTree: boolean): Promise<void> {
+    const sizes = new Map<string, number>();
+    for await (const item of this.scan(namespace)) sizes.set(item.key, fileDataSize(item.value));
+    if (checkTree) {
+      const keys = [...sizes.keys()];
+      for (const [key] of entries) {
+        if (key === "/" || keys.some((other) => other.startsWith(`${key}/`))) throw errors.isDirectory(key);
+        if (ancestorsOf(key).some((dir) => dir !== "/" && sizes.has(dir))) throw errors.notADirectory(key);
+      }
+    }
+    const usage: Usage = { bytes: 0, files: sizes.size };
+    for (const size of sizes.values()) usage.bytes += size;
+    checkBatchQuota(this.quota, usage, entries.map(([key, value]) => [key, fileDataSize(value)] as const), (key) => sizes.get(key));
   }
 
   async delete(namespace: Namespace, key: string, options: PutOptions = {}): Promise<boolean> {

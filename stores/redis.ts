@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { Redis } from "ioredis";
 import { errors, StrataError } from "../core/errors.js";
+import { validateQuota, type Quota } from "../core/limits.js";
 import type { FileData } from "../core/types.js";
 import {
   checkEngineKey,
@@ -12,6 +13,7 @@ import {
   type EngineRecord,
 } from "./records.js";
 import {
+  checkBatchConsistent,
   namespaceKey,
   prefixEnd,
   storeClosed,
@@ -24,9 +26,10 @@ import {
   type Store,
   type StoredItem,
   type StoredKey,
+  type StoreQuotaOptions,
 } from "./store.js";
 
-export interface RedisStoreOptions {
+export interface RedisStoreOptions extends StoreQuotaOptions {
   /** `redis://host:port/db`; the store opens (and closes) a client of its own. */
   url?: string;
   /** A client owned by the caller; `close()` leaves it open. */
@@ -45,6 +48,11 @@ const DEFAULT_PAGE = 1000;
 const MAX_PAGE = 10_000;
 /** Keys examined per script call while searching: bounds how long one call blocks the server. */
 const SEARCH_BATCH = 256;
+/**
+ * Bytes of content one search call reads at most (after its first key): Redis
+ * runs one script at a time, so this bounds how long another client waits.
+ */
+const SEARCH_BYTES = 4 * 1024 * 1024;
 /** Keys removed per script call by deleteTree. */
 const DELETE_BATCH = 2000;
 
@@ -82,6 +90,43 @@ local function unindex_key(key)
     if redis.call("HINCRBY", B .. "c:" .. dir, name, -1) <= 0 then redis.call("HDEL", B .. "c:" .. dir, name) end
   end)
 end
+-- Usage counters (u: b = bytes, n = files), kept only once a quota check has
+-- created them, so stores without a quota pay nothing.
+local function count_usage(bytes, files)
+  if redis.call("EXISTS", B .. "u") == 0 then return end
+  redis.call("HINCRBY", B .. "u", "b", bytes)
+  if redis.call("HINCRBY", B .. "u", "n", files) <= 0 then redis.call("DEL", B .. "u") end
+end
+local function remove_file(key)
+  local size = tonumber(redis.call("HGET", B .. "f:" .. key, "s") or "0")
+  if redis.call("DEL", B .. "f:" .. key) == 0 then return false end
+  unindex_key(key)
+  count_usage(-size, -1)
+  return true
+end
+local function usage()
+  if redis.call("EXISTS", B .. "u") == 0 then
+    local bytes, files = 0, 0
+    for _, key in ipairs(redis.call("ZRANGE", B .. "k", 0, -1)) do
+      bytes = bytes + tonumber(redis.call("HGET", B .. "f:" .. key, "s") or "0")
+      files = files + 1
+    end
+    if files == 0 then return 0, 0 end
+    redis.call("HSET", B .. "u", "b", bytes, "n", files)
+  end
+  local u = redis.call("HMGET", B .. "u", "b", "n")
+  return tonumber(u[1]), tonumber(u[2])
+end
+-- The tree check of putFile: a file may not be a directory nor lie under a file.
+local function check_tree(key)
+  local dir, name = split(key)
+  if key == "/" or redis.call("HEXISTS", B .. "c:" .. dir, name) == 1 then return redis.error_reply("STRATA_ISDIR " .. key) end
+  local failed = nil
+  each_ancestor(key, function(dir, name)
+    if not failed and dir ~= "" and redis.call("EXISTS", B .. "f:" .. dir .. name) == 1 then failed = redis.error_reply("STRATA_NOTDIR " .. key) end
+  end)
+  return failed
+end
 local function check(key, mode, expected)
   if mode == "any" then return nil end
   local current = redis.call("HGET", B .. "f:" .. key, "v")
@@ -92,21 +137,52 @@ local function check(key, mode, expected)
 end
 `;
 
-/** ARGV: base, mode, expected, then 7 fields per entry: key, content, encoding, created, modified, size, original. */
+/**
+ * ARGV: base, mode, expected, tree ("1": check each entry as putFile does),
+ * maxBytes and maxFiles ("" for no limit), then 7 fields per entry: key,
+ * content, encoding, created, modified, size, original. Every check runs
+ * before the first write, so a refused call stores nothing.
+ */
 const PUT = `${PRELUDE}
-local failed = check(ARGV[4], ARGV[2], ARGV[3])
+local FIRST = 7
+local failed = check(ARGV[FIRST], ARGV[2], ARGV[3])
 if failed then return failed end
+if ARGV[4] == "1" then
+  for i = FIRST, #ARGV, 7 do
+    failed = check_tree(ARGV[i])
+    if failed then return failed end
+  end
+end
+if ARGV[5] ~= "" or ARGV[6] ~= "" then
+  local bytes, files = usage()
+  local seen, add_bytes, add_files = {}, 0, 0
+  for i = FIRST, #ARGV, 7 do
+    local key, size = ARGV[i], tonumber(ARGV[i + 5])
+    local before = seen[key]
+    if before == nil then before = tonumber(redis.call("HGET", B .. "f:" .. key, "s") or "-1") end
+    if before < 0 then add_files = add_files + 1; before = 0 end
+    add_bytes = add_bytes + size - before
+    seen[key] = size
+  end
+  if ARGV[5] ~= "" and add_bytes > 0 and bytes + add_bytes > tonumber(ARGV[5]) then
+    return redis.error_reply("STRATA_QUOTA " .. (bytes + add_bytes) .. " bytes would exceed the " .. ARGV[5] .. "-byte quota")
+  end
+  if ARGV[6] ~= "" and add_files > 0 and files + add_files > tonumber(ARGV[6]) then
+    return redis.error_reply("STRATA_QUOTA " .. (files + add_files) .. " files would exceed the " .. ARGV[6] .. "-file quota")
+  end
+end
 local versions = {}
-for i = 4, #ARGV, 7 do
+for i = FIRST, #ARGV, 7 do
   local key = ARGV[i]
   local f = B .. "f:" .. key
-  local existed = redis.call("EXISTS", f) == 1
+  local before = redis.call("HGET", f, "s")
   local v = redis.call("INCR", B .. "seq")
   redis.call("HSET", f, "v", v, "c", ARGV[i + 1], "e", ARGV[i + 2], "ca", ARGV[i + 3], "ma", ARGV[i + 4], "s", ARGV[i + 5])
   if ARGV[i + 6] == "" then redis.call("HDEL", f, "j") else redis.call("HSET", f, "j", ARGV[i + 6]) end
   local dir, name = split(key)
   redis.call("HSET", B .. "d:" .. dir, name, v .. " " .. ARGV[i + 5] .. " " .. ARGV[i + 4])
-  if not existed then index_new_key(key) end
+  if not before then index_new_key(key) end
+  count_usage(tonumber(ARGV[i + 5]) - tonumber(before or "0"), before and 0 or 1)
   versions[#versions + 1] = v
 end
 return versions`;
@@ -115,17 +191,13 @@ return versions`;
 const DELETE = `${PRELUDE}
 local failed = check(ARGV[2], ARGV[3], ARGV[4])
 if failed then return failed end
-if redis.call("DEL", B .. "f:" .. ARGV[2]) == 0 then return 0 end
-unindex_key(ARGV[2])
+if not remove_file(ARGV[2]) then return 0 end
 return 1`;
 
 /** ARGV: base, min, max (ZRANGEBYLEX bounds), limit. */
 const DELETE_TREE = `${PRELUDE}
 local keys = redis.call("ZRANGEBYLEX", B .. "k", ARGV[2], ARGV[3], "LIMIT", 0, tonumber(ARGV[4]))
-for _, key in ipairs(keys) do
-  redis.call("DEL", B .. "f:" .. key)
-  unindex_key(key)
-end
+for _, key in ipairs(keys) do remove_file(key) end
 return keys`;
 
 /** ARGV: base, min, max, limit. Returns key, version, size, modified per key. */
@@ -142,15 +214,24 @@ const LIST_DIRECTORY = `
 return { redis.call("HGETALL", ARGV[1] .. "d:" .. ARGV[2]), redis.call("HKEYS", ARGV[1] .. "c:" .. ARGV[2]) }`;
 
 /**
- * ARGV: base, min, max, batch, needle ("" = every text). Returns the last key
- * examined, then 7 fields per text record containing the needle (a plain
- * find, no patterns): key, version, content, encoding, created, modified, original.
+ * ARGV: base, min, max, batch, needle ("" = every text), byte budget. Returns
+ * the last key examined, then 7 fields per text record containing the needle
+ * (a plain find, no patterns): key, version, content, encoding, created,
+ * modified, original. A call stops once it has read the budget's worth of
+ * content (after at least one key), so one search over huge files holds the
+ * server for milliseconds at a time, never seconds; the caller resumes after
+ * the last key examined.
  */
 const SEARCH = `${PRELUDE}
 local keys = redis.call("ZRANGEBYLEX", B .. "k", ARGV[2], ARGV[3], "LIMIT", 0, tonumber(ARGV[4]))
-local out = { keys[#keys] or "" }
+local budget = tonumber(ARGV[6])
+local out = { "" }
+local read = 0
 for _, key in ipairs(keys) do
+  if read > 0 and read + redis.call("HSTRLEN", B .. "f:" .. key, "c") > budget then break end
+  out[1] = key
   local m = redis.call("HMGET", B .. "f:" .. key, "v", "c", "e", "ca", "ma", "j")
+  if m[2] then read = read + #m[2] end
   if m[1] and m[3] ~= "base64" and (ARGV[5] == "" or string.find(m[2], ARGV[5], 1, true)) then
     out[#out + 1] = key; out[#out + 1] = m[1]; out[#out + 1] = m[2]; out[#out + 1] = m[3]
     out[#out + 1] = m[4]; out[#out + 1] = m[5]; out[#out + 1] = m[6] or ""
@@ -193,10 +274,12 @@ export class RedisStore implements Store {
   private readonly ownsClient: boolean;
   private readonly keyPrefix: string;
   private readonly maxValueSize: number;
+  private readonly quota: Quota | undefined;
   private closed = false;
 
   constructor(options: RedisStoreOptions) {
     this.keyPrefix = options.keyPrefix ?? "strata:";
+    this.quota = validateQuota(options.quota);
     this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
     if (options.client) {
       this.client = options.client;
@@ -234,28 +317,57 @@ export class RedisStore implements Store {
     return toItem([key, version, content, encoding, created, modified, original]);
   }
 
-  async put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+  put(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.putOne(namespace, key, value, options, false);
+  }
+
+  /** `put` with the tree checked in the same Lua script, so no other write can run between the check and the put. */
+  putFile(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): Promise<number> {
+    return this.putOne(namespace, key, value, options, true);
+  }
+
+  putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.putBatch(namespace, entries, false);
+  }
+
+  /** `putMany` with every entry's tree check in the one script. */
+  putFiles(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+    return this.putBatch(namespace, entries, true);
+  }
+
+  private async putOne(namespace: Namespace, key: string, value: FileData, options: PutOptions, asFile: boolean): Promise<number> {
     const base = this.base(namespace);
     const record = toEngineRecord(checkEngineKey(key), value, this.maxValueSize);
     const expected = options.expectedVersion;
     const mode = expected === undefined ? "any" : expected === null ? "absent" : "version";
     try {
-      const [version] = (await this.run(SCRIPTS.put, [base, mode, String(expected ?? ""), ...recordArgs(key, record)])) as number[];
+      const [version] = (await this.run(SCRIPTS.put, [base, mode, String(expected ?? ""), ...this.putFlags(asFile), ...recordArgs(key, record)])) as number[];
       return Number(version);
     } catch (error) {
-      throw conflictOr(error, key, expected ?? null);
+      throw scriptError(error, key, expected ?? null);
     }
   }
 
-  async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
+  private async putBatch(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>, asFiles: boolean): Promise<number[]> {
     const base = this.base(namespace);
     // All or nothing: every entry is validated before the one atomic script runs.
     const args = entries.flatMap(([key, value]) => recordArgs(key, toEngineRecord(checkEngineKey(key), value, this.maxValueSize)));
+    if (asFiles) checkBatchConsistent(entries.map(([key]) => key));
     if (entries.length === 0) return [];
-    const versions = (await this.run(SCRIPTS.put, [base, "any", "", ...args])) as number[];
+    let versions: number[];
+    try {
+      versions = (await this.run(SCRIPTS.put, [base, "any", "", ...this.putFlags(asFiles), ...args])) as number[];
+    } catch (error) {
+      throw scriptError(error, entries[0]![0], null);
+    }
     // A key given twice gets its last version everywhere, as in the other stores' batches.
     const latest = new Map(entries.map(([key], i) => [key, Number(versions[i])]));
     return entries.map(([key]) => latest.get(key)!);
+  }
+
+  /** The PUT script's tree flag and quota limits. */
+  private putFlags(checkTree: boolean): string[] {
+    return [checkTree ? "1" : "", String(this.quota?.maxBytes ?? ""), String(this.quota?.maxFiles ?? "")];
   }
 
   async delete(namespace: Namespace, key: string, options: PutOptions = {}): Promise<boolean> {
@@ -266,7 +378,7 @@ export class RedisStore implements Store {
     try {
       return Number(await this.run(SCRIPTS.delete, [base, key, mode, String(expected ?? "")])) === 1;
     } catch (error) {
-      throw conflictOr(error, key, expected ?? null);
+      throw scriptError(error, key, expected ?? null);
     }
   }
 
@@ -315,7 +427,7 @@ export class RedisStore implements Store {
     let after: string | undefined;
     for (;;) {
       const [min, max] = lexRange(prefix, after);
-      const [last, ...flat] = (await this.run(SCRIPTS.search, [base, min, max, String(SEARCH_BATCH), needle])) as string[];
+      const [last, ...flat] = (await this.run(SCRIPTS.search, [base, min, max, String(SEARCH_BATCH), needle, String(SEARCH_BYTES)])) as string[];
       for (let i = 0; i < flat.length; i += 7) yield toItem(flat.slice(i, i + 7));
       if (!last) return;
       after = last;
@@ -395,11 +507,17 @@ function lexRange(prefix: string, after?: string): [string, string] {
   return [min, end === undefined ? "+" : `(${end}`];
 }
 
-function conflictOr(error: unknown, key: string, expected: number | null): unknown {
+/** The typed error for a script's refusal (conflict, tree, quota); other errors pass through. */
+function scriptError(error: unknown, key: string, expected: number | null): unknown {
   const cause = error instanceof StrataError ? error.cause : error;
-  const match = cause instanceof Error ? /STRATA_CONFLICT ?(\d*)/.exec(cause.message) : null;
-  if (!match) return error;
-  return versionConflict(key, expected, match[1] ? Number(match[1]) : undefined);
+  const message = cause instanceof Error ? cause.message : "";
+  const conflict = /STRATA_CONFLICT ?(\d*)/.exec(message);
+  if (conflict) return versionConflict(key, expected, conflict[1] ? Number(conflict[1]) : undefined);
+  const tree = /STRATA_(ISDIR|NOTDIR) (.*)$/s.exec(message);
+  if (tree) return tree[1] === "ISDIR" ? errors.isDirectory(tree[2]!) : errors.notADirectory(tree[2]!);
+  const quota = /STRATA_QUOTA (.*)$/s.exec(message);
+  if (quota) return errors.quotaExceeded(key, quota[1]!);
+  return error;
 }
 
 const UNREACHABLE = /Connection is closed|Command timed out|Stream isn't writeable|max retries per request|ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND|LOADING|connect ETIMEDOUT|Socket closed/i;

@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { afterAll } from "vitest";
 import { StoreBackend } from "../backends/store.js";
 import { runConformance } from "../conformance/index.js";
+import { runStoreConformance } from "../conformance/stores.js";
 import { PostgresStore } from "../stores/postgres.js";
 import { RedisStore } from "../stores/redis.js";
 import type { Store } from "../stores/store.js";
@@ -24,3 +25,14 @@ for (const [name, store] of [
     },
   });
 }
+
+runStoreConformance({
+  name: "PostgresStore",
+  create: (options) => new PostgresStore({ connectionString: serviceUrl("STRATA_POSTGRES_URL"), maxConnections: 4, ...options }),
+  destroy: (store) => store.close(),
+});
+runStoreConformance({
+  name: "RedisStore",
+  create: (options) => new RedisStore({ url: serviceUrl("STRATA_REDIS_URL"), ...options }),
+  destroy: (store) => store.close(),
+});

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll } from "vitest";
 import { StoreBackend } from "../backends/store.js";
 import { runConformance } from "../conformance/index.js";
+import { runStoreConformance } from "../conformance/stores.js";
 import { InMemoryStore } from "@langchain/langgraph-checkpoint";
 import { LangGraphStore } from "../stores/langgraph.js";
 import { MemoryStore } from "../stores/memory.js";
@@ -29,4 +30,16 @@ runConformance({
   name: "StoreBackend over LangGraph InMemoryStore",
   create: () => new StoreBackend({ store: new LangGraphStore(new InMemoryStore()), namespace: ["assistant-1", "filesystem"] }),
   destroy: (backend) => backend.store.close(),
+});
+
+runStoreConformance({ name: "MemoryStore", create: (options) => new MemoryStore(options), destroy: (store) => store.close() });
+runStoreConformance({
+  name: "SqliteStore",
+  create: (options) => new SqliteStore({ path: join(dir, `${++databases}.db`), ...options }),
+  destroy: (store) => store.close(),
+});
+runStoreConformance({
+  name: "LangGraphStore over InMemoryStore",
+  create: (options) => new LangGraphStore(new InMemoryStore(), options),
+  destroy: (store) => store.close(),
 });
