@@ -1,4 +1,4 @@
-import { BaseBackend, failure } from "../core/base.js";
+import { BaseBackend, checkBatch, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, isStrataError, StrataError, toFileOperationError } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
@@ -194,26 +194,35 @@ export class StoreBackend extends BaseBackend {
     return sortByPath(found);
   }
 
-  /** Validates every file, then stores all the valid ones in one transaction. */
+  /** Validates every file, then stores all the valid ones in one transaction. Responses echo each path as the caller gave it (seed 000). */
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+    checkBatch(files, "uploadFiles");
+    const requested = files.map((item) => (Array.isArray(item) ? (item[0] as string) : String(item)));
     let ns: Namespace;
     try {
       ns = this.namespace;
     } catch (error) {
       const code = toFileOperationError(failure(error, "/").code);
-      return files.map(([path]) => ({ path, error: code }));
+      return requested.map((path) => ({ path, error: code }));
     }
     const responses: FileUploadResponse[] = [];
+    /** The normalised path each accepted response stands for. */
+    const accepted = new Map<FileUploadResponse, string>();
     const batch = new Batch();
-    for (const [filePath, bytes] of files) {
+    for (const [i, item] of files.entries()) {
+      const filePath = requested[i]!;
       try {
+        if (!Array.isArray(item)) throw errors.invalidArgument("each upload must be a [path, bytes] pair");
         const path = normalizePath(filePath);
+        const bytes: unknown = item[1];
         if (!(bytes instanceof Uint8Array)) throw errors.invalidArgument("upload content must be bytes");
         const createdAt = batch.files.get(path)?.created_at ?? (await this.store.get(ns, path))?.value.created_at;
         const data = fileDataFromBytes(bytes, createdAt);
         await this.checkPlace(ns, path, data, batch);
         batch.add(path, data);
-        responses.push({ path, error: null });
+        const response: FileUploadResponse = { path: filePath, error: null };
+        accepted.set(response, path);
+        responses.push(response);
       } catch (error) {
         responses.push({ path: filePath, error: toFileOperationError(failure(error, filePath).code) });
       }
@@ -232,11 +241,10 @@ export class StoreBackend extends BaseBackend {
         const stored = store.putFile ? store.putFile(ns, path, data) : store.put(ns, path, data);
         await stored.catch((error: unknown) => failed.set(path, toFileOperationError(failure(error, path).code)));
       }
-      for (const response of responses) if (response.error === null && failed.has(response.path)) response.error = failed.get(response.path)!;
+      for (const [response, path] of accepted) if (failed.has(path)) response.error = failed.get(path)!;
     }
     return responses;
   }
-
 
   /** Checks the place is free for a file (not a directory, no parent is a file) and the size is allowed. */
   private async checkPlace(ns: Namespace, path: string, data: FileData, pending?: Batch): Promise<void> {
