@@ -533,6 +533,18 @@ export class FilesystemBackend extends BaseBackend {
   /** Creates or replaces a file with `bytes`, making parent directories as needed. */
   private async store(r: Resolved, bytes: Uint8Array, overwrite: boolean): Promise<void> {
     this.checkSize(r.shown, bytes.length);
+    // A delete of a parent racing this write removes the directory the write holds open (ENOENT
+    // inside it): walk again, creating the parents anew, as if the write had come second.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.storeOnce(r, bytes, overwrite);
+      } catch (error) {
+        if (!isCode(error, "ENOENT") || attempt === 5) throw error;
+      }
+    }
+  }
+
+  private async storeOnce(r: Resolved, bytes: Uint8Array, overwrite: boolean): Promise<void> {
     await this.mutate(r, true, async (dir, name) => {
       const existing = await lstatAt(dir, name).catch(() => undefined);
       if (existing?.isDirectory()) throw errors.isDirectory(r.shown);

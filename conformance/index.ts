@@ -18,6 +18,7 @@ import type { FileInfo } from "../core/types.js";
 import { describeReliability } from "./reliability.js";
 
 export { describeReliability, type ReliabilityOptions } from "./reliability.js";
+export { runStoreConformance, type StoreTarget } from "./stores.js";
 
 export interface ConformanceCapabilities {
   /** The backend is a sandbox: `execute` is tested. */
@@ -34,6 +35,8 @@ export interface ConformanceCapabilities {
   propertyRuns?: number;
   /** Runs of the concurrent differential fuzz (default: propertyRuns, at most 25; 0 turns it off). */
   fuzzRuns?: number;
+  /** Directories are real and outlive their last file (disk, sandboxes); see describeReliability. */
+  realDirectories?: boolean;
   /** The code operations answer after `close` (default `sandbox_closed`; stores answer `unavailable`). */
   closedCode?: ErrorCode;
 }
@@ -624,6 +627,7 @@ export function runConformance<B extends BackendProtocol>(target: ConformanceTar
       close: target.close,
       closedCode: caps.closedCode ?? "sandbox_closed",
       fuzzRuns: caps.fuzzRuns ?? Math.min(caps.propertyRuns ?? 25, 25),
+      realDirectories: caps.realDirectories ?? caps.execute === true,
       execute: caps.execute === true,
     });
 

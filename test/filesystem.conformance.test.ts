@@ -10,11 +10,12 @@ runConformance({
   name: "FilesystemBackend (ripgrep)",
   create: async () => new FilesystemBackend({ rootDir: await fs.mkdtemp(path.join(os.tmpdir(), "strata-fs-")) }),
   destroy: (backend) => fs.rm(tempRoot(backend), { recursive: true, force: true }),
+  capabilities: { realDirectories: true },
 });
 
 runConformance({
   name: "FilesystemBackend (JS grep)",
   create: async () => new FilesystemBackend({ rootDir: await fs.mkdtemp(path.join(os.tmpdir(), "strata-fs-")), useRipgrep: false }),
   destroy: (backend) => fs.rm(tempRoot(backend), { recursive: true, force: true }),
-  capabilities: { propertyRuns: 10 },
+  capabilities: { propertyRuns: 10, realDirectories: true },
 });
