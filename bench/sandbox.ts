@@ -443,7 +443,8 @@ export const sandboxGroup: BenchGroup = {
         const before = { ...sandbox.stats };
         await sandbox.uploadFiles(thousand("/up-probe"));
         const requests = describeDockerTrips(before, sandbox.stats);
-        const oneTransfer = sandbox.stats.putArchives - before.putArchives === 1 && sandbox.stats.execs === before.execs && sandbox.stats.getArchives === before.getArchives;
+        // One exec carries the whole batch (the archive API unpacks as root and through planted links, so it is not used).
+        const oneTransfer = sandbox.stats.execs - before.execs === 1 && sandbox.stats.putArchives === before.putArchives && sandbox.stats.getArchives === before.getArchives;
         let raw = 0;
         const result = await compare({
           group,
@@ -464,7 +465,7 @@ export const sandboxGroup: BenchGroup = {
               },
             },
           ],
-          target: { kind: "check", met: oneTransfer, text: "one transfer (1 archive request, no exec)" },
+          target: { kind: "check", met: oneTransfer, text: "one transfer (1 exec for the batch, no archive request)" },
           notes: ["Daemon requests counted with DockerSandbox.stats around one upload of the 1000 files into a fresh directory."],
         });
         results.push(result);

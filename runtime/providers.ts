@@ -106,7 +106,8 @@ export class DockerProvider extends SandboxProviderBase {
   protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
     const image = spec.image ?? process.env.STRATA_DOCKER_IMAGE;
     if (!image) throw new StrataError("invalid_argument", "The docker provider needs an image: set spec.image or STRATA_DOCKER_IMAGE");
-    const sandbox = await DockerSandbox.create({ ...this.#options(spec), image, labels: { "strata.provider": this.name } });
+    // The lifetime is also enforced inside the container, so it holds if this process dies first.
+    const sandbox = await DockerSandbox.create({ ...this.#options(spec), image, labels: { "strata.provider": this.name }, lifetime: spec.timeout });
     return { sandbox, remoteId: sandbox.id };
   }
 

@@ -18,18 +18,24 @@ runConformance({
   name: "StoreBackend over MemoryStore",
   create: () => new StoreBackend({ store: new MemoryStore() }),
   destroy: (backend) => backend.store.close(),
+  close: (backend) => backend.store.close(),
+  capabilities: { closedCode: "unavailable" },
 });
 
 runConformance({
   name: "StoreBackend over SqliteStore",
   create: () => new StoreBackend({ store: new SqliteStore({ path: join(dir, `${++databases}.db`) }) }),
   destroy: (backend) => backend.store.close(),
+  close: (backend) => backend.store.close(),
+  capabilities: { closedCode: "unavailable" },
 });
 
 runConformance({
   name: "StoreBackend over LangGraph InMemoryStore",
   create: () => new StoreBackend({ store: new LangGraphStore(new InMemoryStore()), namespace: ["assistant-1", "filesystem"] }),
   destroy: (backend) => backend.store.close(),
+  close: (backend) => backend.store.close(),
+  capabilities: { closedCode: "unavailable" },
 });
 
 runStoreConformance({ name: "MemoryStore", create: (options) => new MemoryStore(options), destroy: (store) => store.close() });
