@@ -55,13 +55,13 @@ describe("RedisStore: key layout", () => {
 });
 
 describe("RedisStore: one search cannot stall a shared server", () => {
-  it("keeps another client's PING under 100 ms while grepping 10 files of 8 MB", async () => {
+  it("keeps another client's PING under 200 ms while grepping 24 files of 8 MB", async () => {
     const store = new RedisStore({ url, keyPrefix: `stall-${randomUUID()}:` });
     const other = new Redis(url);
     const ns = ["big"];
     try {
       const chunk = "abcdefgh".repeat(1024 * 1024);
-      for (let i = 0; i < 10; i++) await store.put(ns, `/big/${i}.txt`, fileDataFromText(`${chunk}${i === 9 ? "needle" : ""}`));
+      for (let i = 0; i < 24; i++) await store.put(ns, `/big/${i}.txt`, fileDataFromText(`${chunk}${i === 9 ? "needle" : ""}`));
       const latencies: number[] = [];
       let searching = true;
       const pinging = (async () => {
@@ -78,8 +78,10 @@ describe("RedisStore: one search cannot stall a shared server", () => {
       await pinging;
       expect(found).toEqual(["/big/9.txt"]);
       expect(latencies.length).toBeGreaterThan(2);
-      // Unbounded (one call for every key) this measured ~170 ms here; bounded by bytes, ~15 ms.
-      expect(Math.max(...latencies)).toBeLessThan(100);
+      // Unbounded (one script call over every key) a stall grows with the bytes: about 170 ms per 80 MB
+      // here, so about 400 ms for these 192 MB; bounded by bytes, about 15 ms. The margin absorbs a
+      // loaded machine (this process also parses the results).
+      expect(Math.max(...latencies)).toBeLessThan(200);
     } finally {
       await store.deleteTree(ns, "/");
       await store.close();
