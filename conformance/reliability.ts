@@ -251,7 +251,35 @@ export function describeReliability<B extends BackendProtocol>(options: Reliabil
       await rejectsWith(backend().grep("a\0b", "/"), "invalid_argument");
       await rejectsWith(backend().grep("x".repeat(128 * 1024), "/"), "invalid_argument");
       expect(await backend().grepRaw("a\0b", "/")).toMatch(/^Error: grep pattern/);
+      await rejectsWith(backend().globInfo("*".repeat(70_000)), "invalid_argument");
       expect(await backend().read("/t.txt")).toBe("     1\ttext");
+    });
+
+    it("answers a JSON object posing as a path (a toString that is not a function) with invalid_path", async () => {
+      const hostile = JSON.parse('{"toString":1}') as string;
+      expect(await backend().write(hostile, "x")).toMatchObject({ code: "invalid_path" });
+      expect(await backend().edit(hostile, "a", "b")).toMatchObject({ code: "invalid_path" });
+      expect(await backend().delete(hostile)).toMatchObject({ code: "invalid_path" });
+      expect(await backend().read(hostile)).toMatch(/^Error: Invalid path/);
+      await rejectsWith(backend().lsInfo(hostile), "invalid_path");
+      await rejectsWith(backend().readRaw(hostile), "invalid_path");
+      expect((await backend().uploadFiles([[hostile, bytes("x")]]))[0]!.error).toBe("invalid_path");
+      expect((await backend().downloadFiles([hostile]))[0]!.error).toBe("invalid_path");
+    });
+
+    it("escapes control characters of a path in every message", async () => {
+      await ok(backend().write("/x\u001b[2J", "text"), "write");
+      const results = [
+        await backend().edit("/x\u001b[2J", "absent", "y"),
+        await backend().write("/x\u001b[2J", "again"),
+        await backend().edit("/missing\u001b[2J", "a", "b"),
+      ];
+      for (const result of results) {
+        expect(result.error).toBeTypeOf("string");
+        expect(result.error).not.toMatch(/\u001b/);
+      }
+      expect(await backend().read("/x\u001b[2J", 5)).not.toMatch(/\u001b/);
+      await expect(backend().globInfo("[\u001b")).rejects.toSatisfy((e: Error) => !e.message.includes("\u001b"));
     });
 
     it("echoes upload and download paths exactly as requested", async () => {

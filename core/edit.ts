@@ -1,4 +1,4 @@
-import { StrataError, errors } from "./errors.js";
+import { StrataError, errors, printable } from "./errors.js";
 
 export interface EditOutcome {
   text: string;
@@ -33,12 +33,12 @@ export function applyEdit(text: string, oldString: string, newString: string, re
       for (let j = text.indexOf(find, i + find.length); j !== -1; j = text.indexOf(find, j + find.length)) count++;
       throw new StrataError(
         "ambiguous_match",
-        `old_string appears ${count} times in '${path}'. Add surrounding lines to make it unique, or set replace_all to change every occurrence`,
+        `old_string appears ${count} times in '${printable(path)}'. Add surrounding lines to make it unique, or set replace_all to change every occurrence`,
       );
     }
   }
   if (positions.length === 0) {
-    throw new StrataError("no_match", `old_string was not found in '${path}'. Read the file and copy the text exactly, including whitespace`);
+    throw new StrataError("no_match", `old_string was not found in '${printable(path)}'. Read the file and copy the text exactly, including whitespace`);
   }
 
   // Slicing rather than String.replace: `$&`-style patterns in newString stay literal.

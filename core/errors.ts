@@ -101,6 +101,7 @@ export function fileOperationError(code: FileOperationError, path: string): Stra
 
 /** Makes a hostile path safe to echo in a message (control characters escaped, length capped). */
 export function printable(path: string): string {
+  if (typeof path !== "string") return `(${path === null ? "null" : typeof path})`;
   const escaped = path.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, "0")}`);
   return escaped.length > 200 ? `${escaped.slice(0, 200)}…` : escaped;
 }

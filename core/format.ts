@@ -1,4 +1,4 @@
-import { StrataError } from "./errors.js";
+import { StrataError, printable } from "./errors.js";
 import { readWindow } from "./limits.js";
 
 /** Lines returned by `read` when no limit is given. */
@@ -66,7 +66,7 @@ export function renderWindow(window: readonly string[], offset: number, totalLin
   if (offset >= totalLines) {
     throw new StrataError(
       "invalid_argument",
-      `Line offset ${offset} exceeds the length of '${path}' (${totalLines} lines)`,
+      `Line offset ${offset} exceeds the length of '${printable(path)}' (${totalLines} lines)`,
     );
   }
   return renderLines(window, offset + 1);

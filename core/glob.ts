@@ -1,5 +1,5 @@
 import picomatch from "picomatch";
-import { errors } from "./errors.js";
+import { errors, printable } from "./errors.js";
 import { baseName, isWithin, joinPath, normalizePath, relativeTo } from "./paths.js";
 
 /**
@@ -28,7 +28,12 @@ export function compileGlob(pattern: string, searchPath = "/"): GlobMatcher {
   const base = absolute ? "/" : searchPath;
   const isBasenamePattern = !body.includes("/");
   // POSIX spells a negated class `[!a]`; picomatch only reads `[^a]` that way.
-  const test = picomatch(body.replace(/(^|[^\\])\[!/g, "$1[^"), PICOMATCH_OPTIONS);
+  let test: (input: string) => boolean;
+  try {
+    test = picomatch(body.replace(/(^|[^\\])\[!/g, "$1[^"), PICOMATCH_OPTIONS);
+  } catch {
+    throw errors.invalidArgument(`Invalid glob '${printable(pattern)}': picomatch cannot compile it`);
+  }
   const prefix = isBasenamePattern ? "" : literalPrefix(body);
   let root = prefix === "" ? base : joinPath(base, prefix);
   // An absolute pattern can only narrow the search path, never escape it.
@@ -57,8 +62,12 @@ export function literalPrefix(pattern: string): string {
 }
 
 /** Rejects what no backend could answer the same way: empty, NUL, `..`, unbalanced brackets or braces. */
+/** Longest glob accepted, in characters: a path is at most 4096, and picomatch refuses patterns past 65536. */
+export const MAX_GLOB_LENGTH = 8192;
+
 export function validateGlob(pattern: string): void {
   if (typeof pattern !== "string" || pattern.length === 0) throw errors.invalidArgument("glob pattern must be a non-empty string");
+  if (pattern.length > MAX_GLOB_LENGTH) throw errors.invalidArgument(`glob pattern is ${pattern.length} characters, over the ${MAX_GLOB_LENGTH}-character limit`);
   if (pattern.includes("\0")) throw errors.invalidArgument("glob pattern contains a NUL byte");
   if (pattern.split("/").includes("..")) throw errors.invalidPath(pattern, "'..' segments are not allowed in a glob");
   let braces = 0;
@@ -77,8 +86,8 @@ export function validateGlob(pattern: string): void {
     else if (c === "{") braces++;
     else if (c === "}" && --braces < 0) break;
   }
-  if (inClass) throw errors.invalidArgument(`Invalid glob '${pattern}': unclosed '['`);
-  if (braces !== 0) throw errors.invalidArgument(`Invalid glob '${pattern}': unbalanced '{' and '}'`);
+  if (inClass) throw errors.invalidArgument(`Invalid glob '${printable(pattern)}': unclosed '['`);
+  if (braces !== 0) throw errors.invalidArgument(`Invalid glob '${printable(pattern)}': unbalanced '{' and '}'`);
 }
 
 /** Normalises a search path argument (`null`/`undefined` mean `/`). */

@@ -19,7 +19,8 @@ const encoder = new TextEncoder();
  * a drive letter, a backslash, or an over-long path or segment.
  */
 export function normalizePath(input: string): string {
-  if (typeof input !== "string") throw errors.invalidPath(String(input), "path must be a string");
+  // Never String(input): an agent's JSON object can carry a `toString` that is not a function.
+  if (typeof input !== "string") throw errors.invalidPath(`(${input === null ? "null" : typeof input})`, "path must be a string");
   if (input.length === 0) throw errors.invalidPath(input, "path is empty");
   if (input.includes("\0")) throw errors.invalidPath(input, "path contains a NUL byte");
   if (input.startsWith("~")) throw errors.invalidPath(input, "home-relative paths ('~') are not allowed");
