@@ -280,6 +280,7 @@ export class FilesystemBackend extends BaseBackend {
     try {
       return await ripgrepCandidates(dir, pattern, (relative) => {
         const segments = relative.split("/");
+        if (segments.some(isInternalName)) return slicer.maybeYield();
         const parentFd = cursor.enter(segments.slice(0, -1));
         const reading = parentFd === undefined ? undefined : search(parentFd, segments.at(-1)!, joinPath(dirPath, relative));
         return reading ?? slicer.maybeYield();

@@ -269,6 +269,8 @@ export async function walkFiles(start: FileHandle, startPath: string, options: W
         continue;
       }
       const path = frame.path === "/" ? `/${entry.name}` : `${frame.path}/${entry.name}`;
+      // Whatever sits under an internal name (a command may make a directory of one) is as hidden as the name.
+      if (isInternalName(entry.name)) continue;
       if (entry.isDirectory()) {
         const fd = tryOpenDirSync(frame.fd, entry.name);
         if (fd !== undefined) enter(fd, path);

@@ -147,6 +147,18 @@ describe("FilesystemBackend: lock files", () => {
     expect(await b.write("/.strata-tmp-1234", "x")).toMatchObject({ code: "invalid_path" });
   });
 
+  it("hide what lies under a directory with an internal name, as read refuses it (ripgrep and JS search alike)", async () => {
+    for (const useRipgrep of [true, false]) {
+      const { rootDir, fs: b } = backend({ useRipgrep });
+      await fs.mkdir(nodePath.join(rootDir, ".strata-tmp-d"));
+      writeFileSync(nodePath.join(rootDir, ".strata-tmp-d", "f.txt"), "needle\n");
+      await b.write("/seen.txt", "needle\n");
+      expect((await b.globInfo("**", "/")).map((info) => info.path)).toEqual(["/seen.txt"]);
+      expect((await b.grep("needle", "/")).matches.map((match) => match.path)).toEqual(["/seen.txt"]);
+      expect(await b.read("/.strata-tmp-d/f.txt")).toMatch(/^Error: Invalid path/);
+    }
+  });
+
   it("a lock left by a dead process is broken", async () => {
     const { rootDir, fs: b } = backend();
     await b.write("/f.txt", "before\n");
