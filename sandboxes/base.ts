@@ -202,6 +202,16 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
 
   /** Seconds a derived file operation may run before it is killed. */
   protected fileOperationTimeout = 300;
+  /**
+   * Derived file operations' scripts running at once; more wait their turn
+   * here. Each script is a shell plus a few short-lived tools (more on
+   * Bubblewrap: its own processes), so dozens of concurrent operations
+   * could exhaust the sandbox's process limit, and a shell that cannot fork
+   * dies mid-script without a status.
+   */
+  protected fileOperationConcurrency = 8;
+  private scriptsRunning = 0;
+  private readonly scriptQueue: Array<() => void> = [];
   /** The workspace quota, undefined for none. */
   readonly quota: Quota | undefined;
   private isClosed = false;
@@ -286,7 +296,8 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
   private async guardedUpload(inner: BaseSandbox["uploadFiles"], files: unknown): Promise<FileUploadResponse[]> {
     checkBatch(files, "uploadFiles");
     const items = files as unknown[];
-    const responses: FileUploadResponse[] = items.map((item) => ({ path: String(Array.isArray(item) ? item[0] : item), error: null }));
+    // Paths are echoed as given, never String()ed: an agent's JSON object can carry a `toString` that is not a function.
+    const responses: FileUploadResponse[] = items.map((item) => ({ path: (Array.isArray(item) ? item[0] : item) as string, error: null }));
     const pending: { index: number; item: readonly [string, Uint8Array] }[] = [];
     items.forEach((item, index) => {
       if (!Array.isArray(item) || typeof item[0] !== "string") responses[index]!.error = "invalid_path";
@@ -330,7 +341,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
   private async guardedDownload(inner: BaseSandbox["downloadFiles"], paths: unknown): Promise<FileDownloadResponse[]> {
     checkBatch(paths, "downloadFiles");
     const items = paths as unknown[];
-    const responses: FileDownloadResponse[] = items.map((path) => ({ path: String(path), content: null, error: null }));
+    const responses: FileDownloadResponse[] = items.map((path) => ({ path: path as string, content: null, error: null }));
     const pending: { index: number; path: string }[] = [];
     items.forEach((path, index) => {
       if (typeof path !== "string") responses[index]!.error = "invalid_path";
@@ -466,7 +477,16 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
     const script = `exec 2>/dev/null\nexport LC_ALL=C\nW=${shellQuote(this.workspace)}\n${body}\nexit 0`;
     const run = { ...options, cwd: "/", timeout: this.fileOperationTimeout, maxOutputBytes: FILE_OP_OUTPUT_BYTES };
     this.ownScripts.add(run);
-    const response = await this.execute(script, run);
+    if (this.scriptsRunning < this.fileOperationConcurrency) this.scriptsRunning++;
+    else await new Promise<void>((resolve) => this.scriptQueue.push(resolve)); // The slot is handed over by the script that ends.
+    let response: ExecuteResponse;
+    try {
+      response = await this.execute(script, run);
+    } finally {
+      const next = this.scriptQueue.shift();
+      if (next) next();
+      else this.scriptsRunning--;
+    }
     if (response.truncated) {
       throw new StrataError("too_large", `The result for '${path}' is over ${FILE_OP_OUTPUT_BYTES} bytes; narrow the request`);
     }
@@ -702,13 +722,18 @@ base64 < "$P"`,
       path,
       `P=${shellQuote(this.sandboxPath(path))}
 N=${int(stdin.length)} H=${shellQuote(checksum)} ${quota.script}
-L=${shellQuote(`${this.workspace === "/" ? "" : this.workspace}/.strata-lock-${createHash("sha256").update(path).digest("hex").slice(0, 32)}`)}
+L=${shellQuote(this.lockPath(path))}
 ${QUOTA_FN}
 ${LOCK_FN}
 ${WRITE_FROM_STDIN(tempName(), mode)}`,
       { stdin },
     );
     this.recordWrite(fields, quota.measured);
+  }
+
+  /** The lock directory of a virtual path (LOCK_FN), in the workspace's top directory. */
+  private lockPath(path: string): string {
+    return `${this.workspace === "/" ? "" : this.workspace}/.strata-lock-${createHash("sha256").update(path).digest("hex").slice(0, 32)}`;
   }
 
   /**
@@ -751,12 +776,26 @@ ${WRITE_FROM_STDIN(tempName(), mode)}`,
       this.assertOpen();
       path = normalizePath(filePath);
       if (path === "/") throw new StrataError("permission_denied", "Refusing to delete '/'");
+      // One winner among concurrent deletes: the target is first renamed to a fresh hidden name beside it (rename(2):
+      // only one racer finds the source; the others answer missing), then removed there, out of every listing's sight.
+      // Under the path's lock, so an edit's compare-and-swap cannot put back a file deleted after its compare.
+      const target = this.sandboxPath(path);
       await this.runScript(
         path,
-        `P=${shellQuote(this.sandboxPath(path))}
+        `P=${shellQuote(target)} T=${shellQuote(`${target.slice(0, target.lastIndexOf("/"))}/${tempName()}`)}
+L=${shellQuote(this.lockPath(path))} locked=
+${LOCK_FN}
+trap '[ -z "$locked" ] || rmdir -- "$L"' EXIT
 [ -e "$P" ] || [ -L "$P" ] || { echo missing; exit 0; }
-rm -rf -- "$P"
-if [ -e "$P" ] || [ -L "$P" ]; then echo denied; else echo ok; fi`,
+lock || { echo busy; exit 0; }
+if mv -f -T -- "$P" "$T"; then
+  if rm -rf -- "$T"; then echo ok; else mv -f -T -- "$T" "$P"; echo denied; fi
+elif [ -e "$P" ] || [ -L "$P" ]; then
+  # It cannot be renamed (a directory we may not write): remove it in place.
+  if rm -rf -- "$P"; then echo ok; else echo denied; fi
+else
+  echo missing
+fi`,
       );
       return { path, filesUpdate: null };
     } catch (error) {
@@ -798,9 +837,9 @@ NL='
 '
 ${GREP_EMIT}
 echo ok
-find -H "$R" -type f ! -name '.strata-tmp-*' -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(GREP_SMALL_BATCH)} sh {} +
-find -H "$R" -type f ! -name '.strata-tmp-*' ! -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(`grep -l -F -f - -- "$@" <<STRATA_P\n$STRATA_PATTERN\nSTRATA_P`)} sh {} + | while IFS= read -r f; do emit "$f"; done
-find -H "$R" -type f ! -name '.strata-tmp-*' -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do\n  grep -q -F -f - -- "$f" <<STRATA_P && emit "$f"\n$STRATA_PATTERN\nSTRATA_P\ndone`)} sh {} +`,
+find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(GREP_SMALL_BATCH)} sh {} +
+find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f ! -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(`grep -l -F -f - -- "$@" <<STRATA_P\n$STRATA_PATTERN\nSTRATA_P`)} sh {} + | while IFS= read -r f; do emit "$f"; done
+find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do\n  grep -q -F -f - -- "$f" <<STRATA_P && emit "$f"\n$STRATA_PATTERN\nSTRATA_P\ndone`)} sh {} +`,
       { env: { STRATA_PATTERN: pattern } },
     );
     const matches: GrepMatch[] = [];
@@ -860,7 +899,7 @@ find -H "$R" -type f ! -name '.strata-tmp-*' -path "*$NL*" -exec sh -c ${shellQu
     const { payload } = await this.runScript(
       matcher.root,
       `echo ok
-find -H ${shellQuote(this.sandboxPath(matcher.root))} -type f ! -name '.strata-tmp-*' -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +`,
+find -H ${shellQuote(this.sandboxPath(matcher.root))} \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +`,
     );
     const found: FileInfo[] = [];
     for (const entry of parseStatBatches(payload)) {

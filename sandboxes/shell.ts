@@ -107,15 +107,23 @@ room() {
  * A lock directory "$L" (mkdir is atomic on every file system and in every
  * userland, unlike flock, which BusyBox may lack). A holder killed before it
  * released leaves the directory; one older than 30 s is broken. Waits up to
- * a minute, then fails (the caller answers busy).
+ * a minute, then fails (the caller answers busy). A waiter forks little
+ * (the clock and the lock's age are read every 16th try): many writers
+ * waiting at once must not exhaust the sandbox's process limit. A lock
+ * released between a failed mkdir and the look at it is just tried again;
+ * only mkdir failing 5 times in a row with no lock there (no workspace, no
+ * permission) gives up.
  */
 export const LOCK_FN = `lock() {
-  s=$(date +%s); i=0
+  s=$(date +%s); i=0; k=0
   until mkdir -- "$L"; do
     if [ ! -d "$L" ]; then i=$((i + 1)); [ "$i" -lt 5 ] && continue; return 1; fi
-    n=$(date +%s)
-    m=$(stat -c %Y -- "$L") && [ $((n - m)) -gt 30 ] && rmdir -- "$L" && continue
-    [ $((n - s)) -lt 60 ] || return 1
+    i=0; k=$((k + 1))
+    if [ $((k % 16)) -eq 0 ]; then
+      n=$(date +%s)
+      m=$(stat -c %Y -- "$L") && [ $((n - m)) -gt 30 ] && rmdir -- "$L" && continue
+      [ $((n - s)) -lt 60 ] || return 1
+    fi
     sleep 0.01 || sleep 1
   done
   locked=1
@@ -130,11 +138,19 @@ export const LOCK_FN = `lock() {
  *   compare-and-swap: the compare and the rename are one step for every
  *   Strata writer, since overwrite takes the same lock).
  * Content goes to a temporary file in the workspace's top directory first
- * (same file system, so the final step is a rename or a link, and can be
- * retried when a concurrent delete removed the parent), so a failed write
- * never leaves a half-written file; an existing file's mode is kept. A failed write removes
- * the directories it created (only those: rmdir stops at a non-empty one).
- * The first line printed is the status, `ok UB UF DB DF` on success.
+ * (same file system, so the final step is a rename or a link), so a failed
+ * write never leaves a half-written file; an existing file's mode is kept.
+ * The final step is `ln -T` / `mv -T` (GNU and BusyBox alike): a directory
+ * that appeared at "$P" meanwhile makes it fail (is_directory) instead of
+ * receiving the file inside it. A parent a concurrent delete removed is made
+ * again and the step retried, as a later write would (not by swap: an edit
+ * whose file went with a delete answers missing, the delete came first;
+ * delete takes the path's lock, so it cannot remove the file mid-swap). A failure is
+ * classified from what is there now (`why`): a file on the way is notdir, a
+ * directory at "$P" isdir, an existing parent we may not write denied.
+ * A failed write removes the directories it created (only those: rmdir
+ * stops at a non-empty one). The first line printed is the status,
+ * `ok UB UF DB DF` on success.
  */
 export const WRITE_FROM_STDIN = (temp: string, mode: "create" | "replace" | "swap") => `d=\${P%/*}; d=\${d:-/}; t="$W/${temp}"
 c=; a=$d; made=; locked=; done=
@@ -154,18 +170,20 @@ why() {
     if [ -e "$a" ] || [ -L "$a" ]; then [ -d "$a" ] || { echo notdir; return; }; fi
     a=\${a%/*}
   done
-  if [ -w "$d" ]; then echo failed; else echo denied; fi
+  if [ -d "$P" ]; then echo isdir
+  elif [ ! -d "$d" ]; then echo again
+  elif [ ! -w "$d" ] || [ ! -x "$d" ]; then echo denied
+  else echo failed; fi
 }
+taken() { if [ -d "$P" ]; then echo isdir; else echo exists; fi; }
 cleanup() { rm -f -- "$t"; [ -z "$locked" ] || rmdir -- "$L"; [ -n "$done" ] || undo; }
-old() { o=0; e=0; if [ -f "$P" ]; then o=$(stat -L -c %s -- "$P"); e=1; fi; }
+old() { o=0; e=0; if [ -f "$P" ]; then o=$(stat -L -c %s -- "$P") || o=0; e=1; fi; }
 trap cleanup EXIT
 ${mode === "swap" ? CHECK_REGULAR_FILE : CHECK_PLACE_FOR_FILE}
-${mode === "create" ? `if [ -e "$P" ] || [ -L "$P" ]; then echo exists; exit 0; fi
+${mode === "create" ? `if [ -e "$P" ] || [ -L "$P" ]; then taken; exit 0; fi
 ` : ""}old
 room $((N - o)) $((1 - e)) || exit 0
-mkdir -p -- "$d" || { made=1; why; exit 0; }
-made=1
-cat > "$t" || { why; exit 0; }
+cat > "$t" || { if [ -w "$W" ]; then echo failed; else echo denied; fi; exit 0; }
 ${mode === "create" ? "" : `lock || { echo busy; exit 0; }
 ${mode === "swap" ? `${CHECK_REGULAR_FILE}
 h=$(md5sum < "$P")
@@ -173,17 +191,19 @@ h=$(md5sum < "$P")
 old
 [ "$e" = 1 ] && chmod "$(stat -L -c %a -- "$P")" "$t"
 room $((N - o)) $((1 - e)) || exit 0
-`}n=0
+`}made=1; n=0
 while :; do
-  # A directory appearing at "$P" meanwhile would receive the file inside it: take it back out.
-  if ${mode === "create" ? `ln -- "$t" "$P"` : `mv -f -- "$t" "$P"`}; then
-    if [ -e "$P/${temp}" ]; then rm -f -- "$P/${temp}"; echo isdir; exit 0; fi
+  if ${mode === "swap" ? "" : `mkdir -p -- "$d" && `}${mode === "create" ? `ln -T -- "$t" "$P"` : `mv -f -T -- "$t" "$P"`}; then
     done=1; echo "ok $UB $UF $((N - o)) $((1 - e))"; exit 0
   fi
-  ${mode === "create" ? `if [ -e "$P" ] || [ -L "$P" ]; then echo exists; exit 0; fi` : ":"}
-  # A concurrent delete removed the directory: make it again, as a later write would.
-  n=$((n + 1)); [ "$n" -lt 3 ] && [ ! -d "$d" ] && mkdir -p -- "$d" && continue
-  why; exit 0
+  ${mode === "create" ? `if [ -e "$P" ] || [ -L "$P" ]; then taken; exit 0; fi` : `[ -d "$P" ] && { echo isdir; exit 0; }`}
+  w=$(why)
+  ${mode === "swap"
+    ? `# The file's directory went with a concurrent delete of an ancestor: the delete came first.
+  [ "$w" = again ] && w=missing`
+    : `# A concurrent delete removed the directory: make it again, as a later write would.
+  if [ "$w" = again ]; then n=$((n + 1)); [ "$n" -lt 8 ] && continue; w=failed; fi`}
+  echo "$w"; exit 0
 done`;
 
 /** `place PATH`: prints whether PATH may become a file: ok, isdir, or notdir (an ancestor up to "$W" is a file). */
@@ -218,7 +238,7 @@ put() {
     if mkdir -p -- "$d" && : > "$t"; then
       if take "$2" > "$t"; then
         [ -f "$1" ] && chmod "$(stat -L -c %a -- "$1")" "$t"
-        if mv -f -- "$t" "$1"; then echo ok; else rm -f -- "$t"; st=$(place "$1"); [ "$st" = ok ] && st=denied; echo "$st"; fi
+        if mv -f -T -- "$t" "$1"; then echo ok; else rm -f -- "$t"; st=$(place "$1"); [ "$st" = ok ] && st=denied; echo "$st"; fi
         return
       fi
       rm -f -- "$t"; broken=1; echo failed; return

@@ -3,7 +3,9 @@
  * GNU and BusyBox userlands (bubblewrap with either toolset, and the Docker
  * gnu and busybox images): exactly one of concurrent create-only writes wins;
  * concurrent edits all land; an acknowledged overwrite is never undone by an
- * edit; lock directories and temporary files never show and never stay; a
+ * edit; a file write losing to a directory answers is_directory (nothing is
+ * linked into it); of concurrent deletes exactly one wins; lock directories
+ * and temporary files never show and never stay; a
  * failed write takes back the directories it made; big-file grep equals
  * core's; the workspace quota holds; bad execute arguments are
  * invalid_argument.
@@ -94,6 +96,39 @@ for (const target of targets) {
       expect(results.map((result) => result.error)).toEqual(lines.map(() => undefined));
       const [download] = await sandbox.downloadFiles(["/race.txt"]);
       expect(decode(download!.content)).toBe(lines.map((_, i) => `line ${i} new\n`).join(""));
+      expect(await leftovers(sandbox)).toBe("");
+    });
+
+    it("a file write losing to a directory at its path answers is_directory and leaves nothing inside it", async () => {
+      const sandbox = await create();
+      for (let round = 0; round < 10; round++) {
+        const [file, nested] = await Promise.all([sandbox.write(`/fd${round}`, "file"), sandbox.write(`/fd${round}/child`, "nested")]);
+        expect([file.error, nested.error].filter((error) => error === undefined)).toHaveLength(1);
+        if (file.error === undefined) {
+          expect(nested.code).toBe("not_a_directory");
+        } else {
+          expect(file.code).toBe("is_directory");
+          expect((await sandbox.lsInfo(`/fd${round}`)).map((info) => info.path)).toEqual([`/fd${round}/child`]);
+        }
+        // Overwrite onto whatever won: a file is replaced, a directory refuses (mv -T never moves into it).
+        const overwrite = await sandbox.write(`/fd${round}`, "again", { overwrite: true });
+        if (file.error === undefined) expect(overwrite.error).toBeUndefined();
+        else expect(overwrite.code).toBe("is_directory");
+      }
+      expect(await leftovers(sandbox)).toBe("");
+    });
+
+    it("concurrent deletes of one directory: exactly one answers ok, the others file_not_found", async () => {
+      const sandbox = await create();
+      for (let round = 0; round < 8; round++) {
+        expect((await sandbox.write(`/gone${round}/a/b.txt`, "x")).error).toBeUndefined();
+        expect((await sandbox.write(`/gone${round}/c.txt`, "y")).error).toBeUndefined();
+        const results = await Promise.all(Array.from({ length: 4 }, () => sandbox.delete(`/gone${round}`)));
+        expect(results.filter((result) => result.error === undefined)).toHaveLength(1);
+        for (const result of results) if (result.error !== undefined) expect(result.code).toBe("file_not_found");
+        expect(await sandbox.lsInfo("/")).toEqual([]);
+        expect(await sandbox.globInfo("**")).toEqual([]);
+      }
       expect(await leftovers(sandbox)).toBe("");
     });
 
