@@ -21,6 +21,7 @@ import { createHash, randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { closeSync, constants, lstatSync, openSync, readdirSync, rmdirSync, unlinkSync, type Dirent, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
+import { isReservedName } from "../core/paths.js";
 
 const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
 
@@ -315,10 +316,8 @@ export class DirCursor {
 const TEMP_PREFIX = ".strata-tmp-";
 const LOCK_PREFIX = ".strata-lock-";
 
-/** Names this module creates beside a target (temp files, lock files): hidden from listings, refused as targets. */
-export function isInternalName(name: string): boolean {
-  return name.startsWith(TEMP_PREFIX) || name.startsWith(LOCK_PREFIX);
-}
+/** Names this module creates beside a target (temp files, lock files): core's reserved names, hidden from listings. */
+export const isInternalName = isReservedName;
 
 /** A lock older than this is stale whoever holds it: every locked step is one read, one write and one rename. */
 export const STALE_LOCK_MS = 30_000;

@@ -267,6 +267,15 @@ export function describeReliability<B extends BackendProtocol>(options: Reliabil
       expect((await backend().downloadFiles([hostile]))[0]!.error).toBe("invalid_path");
     });
 
+    it("reserves the names of Strata's own temporary and lock files everywhere", async () => {
+      for (const path of ["/.strata-lock-0123", "/a/.strata-tmp-d/f.txt", "/.strata-tmp-x"]) {
+        expect(await backend().write(path, "x")).toMatchObject({ code: "invalid_path" });
+        expect(await backend().read(path)).toMatch(/^Error: Invalid path .*reserved/);
+        expect((await backend().uploadFiles([[path, bytes("x")]]))[0]!.error).toBe("invalid_path");
+      }
+      expect(await backend().globInfo("**", "/")).toEqual([]);
+    });
+
     it("escapes control characters of a path in every message", async () => {
       await ok(backend().write("/x\u001b[2J", "text"), "write");
       const results = [

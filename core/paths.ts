@@ -31,12 +31,25 @@ export function normalizePath(input: string): string {
   for (const segment of input.split("/")) {
     if (segment === "" || segment === ".") continue;
     if (segment === "..") throw errors.invalidPath(input, "'..' segments are not allowed");
+    if (isReservedName(segment)) throw errors.invalidPath(input, `names starting with '${TEMP_PREFIX}' or '${LOCK_PREFIX}' are reserved for Strata's own temporary and lock files`);
     if (segment.length > MAX_SEGMENT_BYTES / 4 && encoder.encode(segment).length > MAX_SEGMENT_BYTES) {
       throw errors.invalidPath(input, `a path segment is longer than ${MAX_SEGMENT_BYTES} bytes`);
     }
     segments.push(segment);
   }
   return "/" + segments.join("/");
+}
+
+const TEMP_PREFIX = ".strata-tmp-";
+const LOCK_PREFIX = ".strata-lock-";
+
+/**
+ * Names Strata gives its own temporary and lock files beside a target (disk
+ * and sandboxes): no path may name one, and listings and searches never show
+ * one, or anything under one. One rule on every backend.
+ */
+export function isReservedName(name: string): boolean {
+  return name.startsWith(TEMP_PREFIX) || name.startsWith(LOCK_PREFIX);
 }
 
 /** Parent directory of a normalised path (`/` for top-level entries and for `/`). */
