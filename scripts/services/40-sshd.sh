@@ -70,21 +70,32 @@ client_login() {
     -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "$USER_NAME@127.0.0.1" true
 }
 
+# The tests pin this checkout's host key, so the server on the port must be ours:
+# another checkout's sshd (reused before host keys were checked) is replaced.
+host_key_matches() {
+  ssh-keyscan -p "$PORT" -t ed25519 127.0.0.1 2>/dev/null | grep -qF "$(cut -d' ' -f2 "$HOST_KEY.pub")"
+}
+port_holder() { ss -ltnpH "sport = :$PORT" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n 1 | cut -d= -f2; }
+
 running=""
 if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then running="$(cat "$PIDFILE")"; fi
-if [ -n "$running" ] && client_login 2>/dev/null; then
+if [ -n "$running" ] && client_login 2>/dev/null && host_key_matches; then
   # sshd rereads its configuration on SIGHUP, so a changed config needs no restart.
   kill -HUP "$running"
   echo "sshd already running (pid $running)"
 else
-  if [ -n "$running" ]; then
-    kill "$running" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$running" 2>/dev/null || break; sleep 0.1; done
-  fi
+  for pid in $running $(port_holder); do
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  done
   mkdir -p /run/sshd # privilege separation directory
   /usr/sbin/sshd -t -f "$CONFIG"
   /usr/sbin/sshd -f "$CONFIG" -E "$SSHD_DIR/sshd.log"
   wait_for 20 client_login
+  if ! host_key_matches; then
+    echo "the sshd on 127.0.0.1:$PORT does not present this checkout's host key" >&2
+    exit 1
+  fi
 fi
 
 export_env STRATA_SSH_HOST 127.0.0.1
