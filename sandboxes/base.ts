@@ -52,6 +52,8 @@ import {
   WRITE_FROM_STDIN,
   PLACE_FN,
   PUT_FN,
+  SIZE_FN,
+  lockName,
   GET_FN,
   STAT_BATCH,
   GREP_SMALL_BATCH,
@@ -525,7 +527,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
       }
     });
     for (const batch of batches(pending, (item) => item.bytes.length, (item) => item.path.length)) {
-      const calls = batch.map((item) => `put ${shellQuote(this.sandboxPath(item.path))} ${item.bytes.length} ${tempName()}`);
+      const calls = batch.map((item) => `put ${shellQuote(this.sandboxPath(item.path))} ${item.bytes.length} ${tempName()} ${shellQuote(this.lockPath(item.path))}`);
       const stdin = new Uint8Array(batch.reduce((sum, item) => sum + item.bytes.length, 0));
       let offset = 0;
       for (const item of batch) {
@@ -534,7 +536,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
       }
       let codes: (ErrorCode | null)[];
       try {
-        const { payload } = await this.runScript(batch[0]!.path, `${PLACE_FN}\n${PUT_FN}\necho ok\n${calls.join("\n")}`, { stdin });
+        const { payload } = await this.runScript(batch[0]!.path, `${PLACE_FN}\n${LOCK_FN}\n${SIZE_FN}\n${PUT_FN}\necho ok\n${calls.join("\n")}`, { stdin });
         const statuses = payload.split("\n");
         codes = batch.map((item, i) => {
           const status = statuses[i] ?? "failed";
@@ -731,9 +733,9 @@ ${WRITE_FROM_STDIN(tempName(), mode)}`,
     this.recordWrite(fields, quota.measured);
   }
 
-  /** The lock directory of a virtual path (LOCK_FN), in the workspace's top directory. */
-  private lockPath(path: string): string {
-    return `${this.workspace === "/" ? "" : this.workspace}/.strata-lock-${createHash("sha256").update(path).digest("hex").slice(0, 32)}`;
+  /** The lock directory of a virtual path (LOCK_FN, lockName), in the workspace's top directory; a sandbox's upload takes it too. */
+  protected lockPath(path: string): string {
+    return `${this.workspace === "/" ? "" : this.workspace}/${lockName(path)}`;
   }
 
   /**

@@ -312,3 +312,51 @@ export async function givePath(root: string, path: string, user: SandboxUser): P
     await dir.close();
   }
 }
+
+// ---- the shell's per-path lock, taken from the host ----
+
+/** A lock directory older than this is stale (LOCK_FN breaks it at the same age). */
+const STALE_LOCK_MS = 30_000;
+/** How long an upload waits for a live holder before answering busy (LOCK_FN waits as long). */
+const LOCK_WAIT_MS = 60_000;
+
+/**
+ * Runs `body` holding the lock directory `name` (lockName of a virtual
+ * path) in the workspace's top directory, the very lock the sandbox's shell
+ * takes with `mkdir` around overwrite, edit's compare-and-swap and delete
+ * (LOCK_FN). Same protocol: mkdir is the atomic step, a directory older than
+ * 30 s is broken, a live one is waited for up to a minute, then `busy`.
+ * Every step goes through a descriptor of the workspace directory opened
+ * with O_NOFOLLOW (mkdir and rmdir never follow a final symlink), so a link
+ * a command planted under the lock's name only makes the upload wait.
+ */
+export async function withLockDirectory<T>(root: string, name: string, body: () => Promise<T>): Promise<T> {
+  const dir = await fs.open(root, DIR_FLAGS);
+  try {
+    const lock = at(dir, name);
+    const start = Date.now();
+    for (let pause = 2; ; pause = Math.min(pause * 2, 50)) {
+      try {
+        await fs.mkdir(lock, 0o755);
+        break;
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+      }
+      const held = await fs.lstat(lock).catch(() => undefined);
+      if (held === undefined) continue; // Released meanwhile.
+      if (held.isDirectory() && Date.now() - held.mtimeMs > STALE_LOCK_MS) {
+        await fs.rmdir(lock).catch(() => undefined);
+        continue;
+      }
+      if (Date.now() - start > LOCK_WAIT_MS) throw new StrataError("busy", "The file stayed locked by another operation for a minute; try again");
+      await new Promise((resolve) => setTimeout(resolve, pause + Math.random() * pause));
+    }
+    try {
+      return await body();
+    } finally {
+      await fs.rmdir(lock).catch(() => undefined);
+    }
+  } finally {
+    await dir.close();
+  }
+}

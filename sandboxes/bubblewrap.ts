@@ -26,7 +26,7 @@ import { existsSync, lstatSync, mkdtempSync, realpathSync, rmSync, statSync, cho
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { randomBytes } from "node:crypto";
-import { StrataError, errors } from "../core/errors.js";
+import { StrataError, errors, isStrataError, toFileOperationError } from "../core/errors.js";
 import { normalizePath } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileUploadResponse } from "../core/types.js";
 import { FilesystemBackend } from "../backends/filesystem.js";
@@ -49,8 +49,10 @@ import {
   sandboxEtc,
   systemArgs,
   validateSandboxUser,
+  withLockDirectory,
   writePrivateFile,
 } from "./bubblewrap-host.js";
+import { lockName } from "./shell.js";
 
 export type { SandboxUser } from "./bubblewrap-host.js";
 
@@ -133,6 +135,8 @@ shift
 exec "$@"`;
 
 let counter = 0;
+/** Paths uploaded at once (each holds its lock directory while FilesystemBackend writes it). */
+const UPLOAD_CONCURRENCY = 8;
 
 export class BubblewrapSandbox extends BaseSandbox {
   /** How far commands are contained. */
@@ -240,7 +244,7 @@ export class BubblewrapSandbox extends BaseSandbox {
    */
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
     this.assertOpen();
-    const responses = await this.hostFiles.uploadFiles(files);
+    const responses = await this.uploadUnderLocks(files);
     const user = this.sandboxUser;
     if (user) {
       await Promise.all(
@@ -255,6 +259,61 @@ export class BubblewrapSandbox extends BaseSandbox {
       );
     }
     return responses;
+  }
+
+  /**
+   * Each upload holds the path's lock directory (`.strata-lock-<hash>` in
+   * the workspace's top directory, see withLockDirectory) around
+   * FilesystemBackend's write-and-rename: the lock the sandbox's shell takes
+   * for overwrite, edit's compare-and-swap and delete. FilesystemBackend's
+   * own lock file is a different protocol the shell cannot see; without
+   * this, an upload could land between an edit's checksum compare and its
+   * rename, and the edit would put back what the acknowledged upload
+   * replaced. (Taking the shell's lock from the host is simpler than the
+   * alternatives: moving uploads into the shell costs a round trip and the
+   * speed of the host path; moving edits to the host would split the
+   * derived operations between two implementations.) Uploads of one path
+   * run one after another, in input order; up to 8 paths at once.
+   */
+  private async uploadUnderLocks(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+    const turns = new Map<string, Promise<unknown>>();
+    let running = 0;
+    const waiting: (() => void)[] = [];
+    const slot = async () => {
+      if (running < UPLOAD_CONCURRENCY) running++;
+      else await new Promise<void>((resolve) => waiting.push(resolve));
+    };
+    const release = () => {
+      const next = waiting.shift();
+      if (next) next();
+      else running--;
+    };
+    return Promise.all(
+      files.map((item) => {
+        let path: string | undefined;
+        try {
+          path = normalizePath(item[0]);
+        } catch {
+          path = undefined; // FilesystemBackend answers it (invalid_path).
+        }
+        const one = async (): Promise<FileUploadResponse> => {
+          const upload = async () => (await this.hostFiles.uploadFiles([item]))[0]!;
+          if (path === undefined || path === "/") return upload();
+          await slot();
+          try {
+            return await withLockDirectory(this.hostWorkspace, lockName(path), upload);
+          } catch (error) {
+            return { path: item[0], error: toFileOperationError(isStrataError(error) ? error.code : "permission_denied") };
+          } finally {
+            release();
+          }
+        };
+        if (path === undefined) return one();
+        const result = (turns.get(path) ?? Promise.resolve()).then(one);
+        turns.set(path, result.catch(() => undefined));
+        return result;
+      }),
+    );
   }
 
   async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {

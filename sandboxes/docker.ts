@@ -51,6 +51,7 @@ import { checkBatch } from "../core/base.js";
 import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileOperationError, FileUploadResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
 import { MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
+import { LOCK_FN, lockName } from "./shell.js";
 
 export interface DockerSandboxOptions extends BaseSandboxOptions {
   /**
@@ -176,19 +177,28 @@ done
 exit 0`;
 
 /**
- * `sh -c UPLOAD strata <workspace> <path> <size>...`, as the command user,
- * with the files' bytes concatenated on stdin. Each file is written beside
- * its target and renamed over it, so a link in the final component is
- * replaced, never written through. Every directory below the workspace is
- * checked on the way down: a link (planted by a command) refuses the file,
- * a missing directory is made with plain mkdir, which never follows one.
- * One status line per file: ok, link, notdir, isdir, denied, failed. A file
- * that cannot be written still has its bytes consumed; when the stream
- * position is lost (a write failed), the rest of the batch fails.
+ * `sh -c UPLOAD strata <workspace> <path> <size> <lock>...`, as the command
+ * user, with the files' bytes concatenated on stdin. Each file is written to
+ * a temporary name beside its target, checked to hold exactly <size> bytes
+ * (stdin cut short by close() or a dropped connection is only an early end
+ * of file to dd: a torn temporary never replaces the target), then renamed
+ * over the target holding the path's lock directory <workspace>/<lock>
+ * (LOCK_FN, the lock the shell's overwrite, edit's compare-and-swap and
+ * delete take), so an edit cannot put back content an acknowledged upload
+ * replaced. `mv -T` renames: a link in the final component is replaced,
+ * never written through, and a directory there refuses the file. Every
+ * directory below the workspace is checked on the way down: a link (planted
+ * by a command) refuses the file, a missing directory is made with plain
+ * mkdir, which never follows one. One status line per file: ok, link,
+ * notdir, isdir, denied, busy, failed. A file that cannot be written still
+ * has its bytes consumed; when the stream position is lost (a write failed
+ * or came up short), the rest of the batch fails.
  */
 const UPLOAD = `W=$1; shift
 set -C
-n=0 broken=
+n=0 broken= locked= t=
+${LOCK_FN}
+trap '[ -z "$locked" ] || rmdir -- "$L"; [ -z "$t" ] || rm -f -- "$t"' EXIT
 take() {
   [ "$1" -gt 0 ] || return 0
   # One dd for a file up to 1 MiB; bigger ones in 64 KiB blocks plus the rest.
@@ -211,26 +221,29 @@ place() {
   done
   if [ -d "$1" ] && [ ! -L "$1" ]; then st=isdir; else st=ok; fi
 }
-while [ $# -gt 1 ]; do
-  p=$1 s=$2; shift 2
+while [ $# -gt 2 ]; do
+  p=$1 s=$2 L=$W/$3; shift 3
   [ -z "$broken" ] || { echo failed; continue; }
   place "$p"
-  # A new file is created in place (noclobber: O_EXCL, so never through a link that appears meanwhile).
-  if [ "$st" = ok ] && [ ! -e "$p" ] && [ ! -L "$p" ] && { : >"$p"; } 2>/dev/null; then
-    if take "$s" >>"$p"; then echo ok; else rm -f -- "$p"; broken=1; echo failed; fi
-    continue
-  fi
   if [ "$st" = ok ]; then
     n=$((n + 1)) t=\${p%/*}/.strata-tmp-$$-$n
+    # noclobber: the temporary is created with O_EXCL, never through a link that appears meanwhile.
     if { : >"$t"; } 2>/dev/null; then
-      if take "$s" >>"$t"; then
-        [ -L "$p" ] && rm -f -- "$p"
-        if mv -f -- "$t" "$p" 2>/dev/null; then echo ok; else rm -f -- "$t"; echo denied; fi
-        continue
+      if take "$s" >>"$t" && [ "$(($(wc -c < "$t")))" -eq "$s" ]; then
+        if lock 2>/dev/null; then
+          if mv -f -T -- "$t" "$p" 2>/dev/null; then st=ok
+          elif [ -d "$p" ] && [ ! -L "$p" ]; then st=isdir
+          else st=denied; fi
+          rmdir -- "$L" 2>/dev/null; locked=
+        else
+          st=busy
+        fi
+        [ "$st" = ok ] || rm -f -- "$t"
+        t=; echo "$st"; continue
       fi
-      rm -f -- "$t"; broken=1; echo failed; continue
+      rm -f -- "$t"; t=; broken=1; echo failed; continue
     fi
-    st=denied
+    t= st=denied
   fi
   take "$s" >/dev/null || broken=1
   echo "$st"
@@ -472,7 +485,7 @@ export class DockerSandbox extends BaseSandbox {
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
     checkBatch(files, "uploadFiles");
     const responses: FileUploadResponse[] = [];
-    const pending: { index: number; target: string; content: Uint8Array }[] = [];
+    const pending: { index: number; path: string; target: string; content: Uint8Array }[] = [];
     for (const item of files) {
       const rawPath: unknown = Array.isArray(item) ? item[0] : item;
       const index = responses.length;
@@ -482,7 +495,7 @@ export class DockerSandbox extends BaseSandbox {
         const content: unknown = Array.isArray(item) ? item[1] : undefined;
         if (!(content instanceof Uint8Array)) throw errors.invalidArgument("upload content must be bytes");
         responses.push({ path: rawPath as string, error: path === "/" ? "is_directory" : null });
-        if (path !== "/") pending.push({ index, target: this.sandboxPath(path), content });
+        if (path !== "/") pending.push({ index, path, target: this.sandboxPath(path), content });
       } catch (error) {
         responses.push({ path: String(rawPath), error: fileError(error) });
       }
@@ -490,7 +503,7 @@ export class DockerSandbox extends BaseSandbox {
     for (const batch of argvBatches(pending, (file) => file.target, (file) => file.content.length, UPLOAD_BATCH_BYTES)) {
       let statuses: string[];
       try {
-        const args = batch.flatMap((file) => [file.target, String(file.content.length)]);
+        const args = batch.flatMap((file) => [file.target, String(file.content.length), lockName(file.path)]);
         const { output } = await this.run(["/bin/sh", "-c", UPLOAD, "strata", this.workspace, ...args], {
           user: this.user,
           stdin: batch.map((file) => file.content),

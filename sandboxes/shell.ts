@@ -3,6 +3,7 @@
  * BusyBox alike) that the derived file operations run, and the parsers of
  * what they print. Kept apart from the class so each reads in one sitting.
  */
+import { createHash } from "node:crypto";
 import { StrataError, errors, printable } from "../core/errors.js";
 import { decodeBase64, decodeText } from "../core/filedata.js";
 import { checkQuota } from "../core/limits.js";
@@ -104,6 +105,29 @@ room() {
 }`;
 
 /**
+ * The name of a virtual path's lock directory (LOCK_FN), kept in the
+ * workspace's top directory. Every Strata writer of the path takes it: the
+ * shell's overwrite, edit's compare-and-swap and delete, and every
+ * sandbox's upload (Docker's UPLOAD script, SSH's rename round trip,
+ * Bubblewrap's host side), so an edit's compare and its rename are one step
+ * for all of them.
+ */
+export function lockName(path: string): string {
+  return `.strata-lock-${createHash("sha256").update(path).digest("hex").slice(0, 32)}`;
+}
+
+/**
+ * Fails (status 1) unless the file "$1" holds exactly "$2" bytes. Run on
+ * every temporary file filled from stdin before it is linked or renamed
+ * into place: a stdin cut short (the sandbox closed, the connection lost, the
+ * sender killed) looks like a plain end of file to cat and dd, and the torn
+ * temporary must never replace the target. A cut stream can only be
+ * shorter, so the count catches every cut. `wc -c` answers from the inode
+ * for a regular file on GNU (BusyBox reads it through).
+ */
+export const SIZE_FN = `size_is() { [ "$(($(wc -c < "$1")))" -eq "$2" ]; }`;
+
+/**
  * A lock directory "$L" (mkdir is atomic on every file system and in every
  * userland, unlike flock, which BusyBox may lack). A holder killed before it
  * released leaves the directory; one older than 30 s is broken. Waits up to
@@ -139,7 +163,10 @@ export const LOCK_FN = `lock() {
  *   Strata writer, since overwrite takes the same lock).
  * Content goes to a temporary file in the workspace's top directory first
  * (same file system, so the final step is a rename or a link), so a failed
- * write never leaves a half-written file; an existing file's mode is kept.
+ * write never leaves a half-written file, and the temporary must hold
+ * exactly N bytes before it goes anywhere (a stdin cut by close() or a lost
+ * connection is only an early end of file to cat); an existing file's mode
+ * is kept.
  * The final step is `ln -T` / `mv -T` (GNU and BusyBox alike): a directory
  * that appeared at "$P" meanwhile makes it fail (is_directory) instead of
  * receiving the file inside it. A parent a concurrent delete removed is made
@@ -184,6 +211,8 @@ ${mode === "create" ? `if [ -e "$P" ] || [ -L "$P" ]; then taken; exit 0; fi
 ` : ""}old
 room $((N - o)) $((1 - e)) || exit 0
 cat > "$t" || { if [ -w "$W" ]; then echo failed; else echo denied; fi; exit 0; }
+# stdin cut short (the call stopped, the sandbox closed): never put a torn file in place.
+[ "$(($(wc -c < "$t")))" -eq "$N" ] || { echo failed; exit 0; }
 ${mode === "create" ? "" : `lock || { echo busy; exit 0; }
 ${mode === "swap" ? `${CHECK_REGULAR_FILE}
 h=$(md5sum < "$P")
@@ -218,11 +247,15 @@ export const PLACE_FN = `place() {
 }`;
 
 /**
- * `put PATH SIZE TEMP`: takes exactly SIZE bytes from stdin (dd with
- * fullblock: exact on pipes, GNU and BusyBox alike) into PATH via a temp
- * file and rename; prints a status. A file that cannot be written still has
+ * `put PATH SIZE TEMP LOCK`: takes exactly SIZE bytes from stdin (dd with
+ * fullblock: exact on pipes, GNU and BusyBox alike) into a temp file beside
+ * PATH, checks it holds SIZE bytes (a stdin cut short is only an early end
+ * of file to dd), then renames it over PATH holding the path's lock
+ * directory LOCK (LOCK_FN: the lock edit's compare-and-swap, overwrite and
+ * delete take); prints a status. A file that cannot be written still has
  * its bytes consumed so the next file starts at the right place; if the
- * stream position is lost (a failed write), the rest of the batch fails.
+ * stream position is lost (a failed or short write), the rest of the batch
+ * fails. Needs PLACE_FN, LOCK_FN and SIZE_FN.
  */
 export const PUT_FN = `take() {
   q=$(($1 / 65536)); r=$(($1 % 65536))
@@ -230,20 +263,28 @@ export const PUT_FN = `take() {
   if [ "$r" -gt 0 ]; then dd bs="$r" count=1 iflag=fullblock || return 1; fi
   return 0
 }
+locked=
+trap '[ -z "$locked" ] || rmdir -- "$L"; [ -z "$t" ] || rm -f -- "$t"' EXIT
 put() {
   [ -z "$broken" ] || { echo failed; return; }
   st=$(place "$1")
   if [ "$st" = ok ]; then
     d=\${1%/*}; d=\${d:-/}; t="$d/$3"
     if mkdir -p -- "$d" && : > "$t"; then
-      if take "$2" > "$t"; then
-        [ -f "$1" ] && chmod "$(stat -L -c %a -- "$1")" "$t"
-        if mv -f -T -- "$t" "$1"; then echo ok; else rm -f -- "$t"; st=$(place "$1"); [ "$st" = ok ] && st=denied; echo "$st"; fi
-        return
+      if take "$2" > "$t" && size_is "$t" "$2"; then
+        L=$4
+        if lock; then
+          [ -f "$1" ] && chmod "$(stat -L -c %a -- "$1")" "$t"
+          if mv -f -T -- "$t" "$1"; then st=ok; else rm -f -- "$t"; st=$(place "$1"); [ "$st" = ok ] && st=denied; fi
+          rmdir -- "$L"; locked=
+        else
+          rm -f -- "$t"; st=busy
+        fi
+        t=; echo "$st"; return
       fi
-      rm -f -- "$t"; broken=1; echo failed; return
+      rm -f -- "$t"; t=; broken=1; echo failed; return
     fi
-    st=denied
+    t=; st=denied
   fi
   take "$2" > /dev/null || broken=1
   echo "$st"

@@ -24,7 +24,28 @@ import { baseName, normalizePath, parentOf } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileOperationError, FileUploadResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES, shellQuote } from "./base.js";
 import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
-import { tempName } from "./shell.js";
+import { LOCK_FN, int, statusError, tempName } from "./shell.js";
+
+/**
+ * `fin TEMP TARGET SIZE LOCK` per uploaded file, after SFTP wrote TEMP:
+ * checks TEMP holds SIZE bytes, then renames it over TARGET (`mv -T`: a
+ * link there is replaced, a directory refuses it) holding the path's lock
+ * directory LOCK (LOCK_FN). Prints ok, isdir, denied, busy or failed; a
+ * TEMP that does not land is removed.
+ */
+/** The last line of FINISH_UPLOADS's list of calls (a comment to the shell). */
+const END_OF_CALLS = "# strata: end of calls";
+const FINISH_UPLOADS = `locked=
+trap '[ -z "$locked" ] || rmdir -- "$L"' EXIT
+fin() {
+  L=$4
+  [ "$(($(wc -c < "$1")))" -eq "$3" ] || { rm -f -- "$1"; echo failed; return; }
+  lock || { rm -f -- "$1"; echo busy; return; }
+  if mv -f -T -- "$1" "$2"; then st=ok; elif [ -d "$2" ] && [ ! -L "$2" ]; then st=isdir; else st=denied; fi
+  rmdir -- "$L"; locked=
+  [ "$st" = ok ] || rm -f -- "$1"
+  echo "$st"
+}`;
 
 export interface SshSandboxOptions extends BaseSandboxOptions {
   host: string;
@@ -235,12 +256,18 @@ export class SshSandbox extends BaseSandbox {
   }
 
   /**
-   * Over the one SFTP session, many files in flight. Each file is written
-   * under a temporary name beside its target and renamed over it, so a
-   * reader sees the old content or the new, and a symlink at the target is
-   * replaced, never written through. Missing parent directories are made
-   * first, each once; a parent that resolves outside the workspace (a
-   * symlink a command planted) is refused with `permission_denied`.
+   * Over the one SFTP session, many files in flight, each written under a
+   * temporary name beside its target; then one shell round trip for the
+   * whole batch (FINISH_UPLOADS) renames each over its target holding the path's lock
+   * directory, the lock the shell's overwrite, edit's compare-and-swap and
+   * delete take, so an edit cannot put back content an acknowledged upload
+   * replaced. (SFTP could make the lock directory too, but breaking a stale
+   * one needs the server's clock, which only the shell has.) A reader sees
+   * the old content or the new, and a symlink at the target is replaced,
+   * never written through. Missing parent directories are made first, each
+   * once; a parent that resolves outside the workspace (a symlink a command
+   * planted) is refused with `permission_denied`. Uploads of one path in a
+   * batch land in input order.
    */
   async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
     if (!Array.isArray(files)) throw errors.invalidArgument("uploadFiles takes an array of [path, bytes] pairs");
@@ -267,7 +294,9 @@ export class SshSandbox extends BaseSandbox {
       }
       return real;
     };
-    return mapConcurrently(files, SFTP_CONCURRENCY, async (item) => {
+    const responses: FileUploadResponse[] = files.map((item) => ({ path: echo(Array.isArray(item) ? item[0] : item), error: null }));
+    const staged: { index: number; path: string; temp: string; target: string; size: number }[] = [];
+    await mapConcurrently(files, SFTP_CONCURRENCY, async (item, index) => {
       const rawPath: unknown = Array.isArray(item) ? item[0] : item;
       try {
         const path = normalizePath(rawPath as string);
@@ -288,16 +317,39 @@ export class SshSandbox extends BaseSandbox {
           await call<void>((done) => sftp.writeFile(temp, Buffer.from(content.buffer, content.byteOffset, content.byteLength), { mode: 0o600 }, done));
           if (existing?.isFile()) await call<void>((done) => sftp.chmod(temp, existing.mode & 0o7777, done));
           else await call<void>((done) => sftp.chmod(temp, 0o666 & ~(this.umask ?? 0o022), done));
-          await call<void>((done) => sftp.ext_openssh_rename(temp, target, done));
         } catch (error) {
           if (connection.alive) sftp.unlink(temp, () => undefined);
           throw error;
         }
-        return { path: echo(rawPath), error: null };
+        staged.push({ index, path, temp, target, size: content.length });
       } catch (error) {
-        return { path: echo(rawPath), error: uploadError(error) };
+        responses[index]!.error = uploadError(error);
       }
     });
+    staged.sort((a, b) => a.index - b.index);
+    if (staged.length > 0) {
+      const batch = staged;
+      // The calls travel on stdin, not in the script text (one argv string holds at most 128 KiB), so a batch of any size is one round trip.
+      const calls = batch.map((item) => `fin ${shellQuote(item.temp)} ${shellQuote(item.target)} ${int(item.size)} ${shellQuote(this.lockPath(item.path))}\n`);
+      try {
+        // Run only a list that arrived whole (a stdin cut short could end inside a quoted path): it ends with the marker comment.
+        const script = `${LOCK_FN}\n${FINISH_UPLOADS}\nc=$(cat)\ncase $c in *'${END_OF_CALLS}') ;; *) echo failed; exit 0 ;; esac\necho ok\neval "$c"`;
+        const { payload } = await this.runScript(batch[0]!.path, script, { stdin: new TextEncoder().encode(`${calls.join("")}${END_OF_CALLS}\n`) });
+        const statuses = payload.split("\n");
+        batch.forEach((item, i) => {
+          const status = statuses[i] ?? "failed";
+          responses[item.index]!.error = status === "ok" ? null : toFileOperationError(statusError(status, item.path, [])?.code ?? "io_error");
+        });
+      } catch (error) {
+        const code = fileError(error);
+        for (const item of batch) {
+          responses[item.index]!.error = code;
+          // Not renamed, or the outcome is unknown: a temporary still there is removed (the target is untouched by it).
+          if (connection.alive) sftp.unlink(item.temp, () => undefined);
+        }
+      }
+    }
+    return responses;
   }
 
   async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
@@ -677,13 +729,13 @@ function sftpStatus(error: unknown): number | undefined {
 }
 
 /** Runs `work` over `items` with at most `limit` at once; results keep the input order. */
-async function mapConcurrently<T, R>(items: readonly T[], limit: number, work: (item: T) => Promise<R>): Promise<R[]> {
+async function mapConcurrently<T, R>(items: readonly T[], limit: number, work: (item: T, index: number) => Promise<R>): Promise<R[]> {
   const results: R[] = new Array(items.length);
   let next = 0;
   const worker = async () => {
     while (next < items.length) {
       const index = next++;
-      results[index] = await work(items[index]!);
+      results[index] = await work(items[index]!, index);
     }
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));

@@ -8,9 +8,14 @@
  * and temporary files never show and never stay; a
  * failed write takes back the directories it made; big-file grep equals
  * core's; the workspace quota holds; bad execute arguments are
- * invalid_argument.
+ * invalid_argument. On those and on SSH: close() in the middle of a big
+ * overwrite leaves the old file or the whole new one, never a prefix; an
+ * acknowledged upload is never undone by a racing edit.
  */
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import nodePath from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { StateBackend } from "../backends/state.js";
 import { MAX_TIMEOUT_SECONDS } from "../core/limits.js";
@@ -20,7 +25,9 @@ import type { BaseSandbox } from "../sandboxes/base.js";
 
 type BaseSandboxOptions = { quota?: Quota };
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
-import { SharedContainer, dockerService } from "./support/sandbox-services.js";
+import { DockerSandbox } from "../sandboxes/docker.js";
+import { SshSandbox } from "../sandboxes/ssh.js";
+import { SharedContainer, dockerService, sshService } from "./support/sandbox-services.js";
 
 const missing = await BubblewrapSandbox.unavailableReason();
 if (missing) throw new Error(`${missing}; run \`bash scripts/services/20-bubblewrap.sh\` (npm test does this for you)`);
@@ -276,5 +283,140 @@ for (const target of targets) {
         expect(sandbox.trips - before).toBe(2);
       });
     }
+  });
+}
+
+/**
+ * Two sandboxes on one workspace: `observer` stays open, `second()` opens
+ * another on the same workspace (to be closed mid-operation).
+ */
+interface SharedWorkspace {
+  observer: BaseSandbox;
+  second: () => Promise<BaseSandbox>;
+  dispose: () => Promise<void>;
+}
+const ssh = sshService();
+const sshRoot = `${ssh.home}/atomic-${randomUUID()}`;
+afterAll(async () => {
+  const cleaner = await SshSandbox.connect({ ...ssh.options, workspace: ssh.home });
+  await cleaner.execute(`rm -rf -- '${sshRoot}'`);
+  await cleaner.close();
+});
+const sharedTargets: { name: string; rounds: number; open: () => Promise<SharedWorkspace> }[] = [
+  ...(["host", "busybox"] as const).map((toolset) => ({
+    name: `bubblewrap (${toolset === "host" ? "GNU" : "BusyBox"})`,
+    rounds: 60,
+    open: async (): Promise<SharedWorkspace> => {
+      const dir = mkdtempSync(nodePath.join(tmpdir(), "strata-atomic-"));
+      const observer = new BubblewrapSandbox({ toolset, workspace: dir });
+      return {
+        observer,
+        second: async () => new BubblewrapSandbox({ toolset, workspace: dir }),
+        dispose: async () => {
+          await observer.close();
+          rmSync(dir, { recursive: true, force: true });
+        },
+      };
+    },
+  })),
+  ...containers.map(([name, shared]) => ({
+    name: `Docker (${name})`,
+    rounds: 25,
+    open: async (): Promise<SharedWorkspace> => {
+      const observer = await shared.fresh({ docker: socket });
+      return {
+        observer,
+        second: () => DockerSandbox.attach(observer.id, { docker: socket, workDir: observer.workspace }),
+        dispose: () => observer.close(),
+      };
+    },
+  })),
+  {
+    name: "SSH",
+    rounds: 60,
+    open: async (): Promise<SharedWorkspace> => {
+      const workspace = `${sshRoot}/${randomUUID()}`;
+      const observer = await SshSandbox.connect({ ...ssh.options, workspace });
+      return { observer, second: () => SshSandbox.connect({ ...ssh.options, workspace }), dispose: () => observer.close() };
+    },
+  },
+];
+
+for (const target of sharedTargets) {
+  describe(`sandbox writes cut short and raced by uploads: ${target.name}`, () => {
+    let shared: SharedWorkspace | undefined;
+    afterEach(async () => {
+      await shared?.dispose();
+      shared = undefined;
+    });
+
+    it("close() in the middle of a big overwrite leaves the old file or the whole new one, never a prefix", async () => {
+      shared = await target.open();
+      const { observer } = shared;
+      const old = "GOOD CONTENT\n";
+      const big = `${"N".repeat(32 * 1024 * 1024 - 4)}END\n`;
+      let cut = 0;
+      for (const delay of [20, 60, 100, 150, 250, 400]) {
+        const path = `/torn-${delay}.txt`;
+        expect((await observer.write(path, old)).error).toBeUndefined();
+        const writer = await shared.second();
+        const pending = writer.write(path, big, { overwrite: true });
+        await new Promise((resolve) => setTimeout(resolve, delay));
+        await writer.close();
+        const result = await pending;
+        const [download] = await observer.downloadFiles([path]);
+        const content = download!.content!;
+        // The outcome of a write cut by close() is unknown (it may have landed just before the kill), but it is never torn.
+        if (content.length === old.length) {
+          expect(decode(content)).toBe(old);
+          expect(result.code).toBe("sandbox_closed");
+        } else {
+          expect(content.length).toBe(big.length);
+          expect(Buffer.from(content.buffer, content.byteOffset, content.length).equals(Buffer.from(big))).toBe(true);
+        }
+        if (result.error !== undefined) {
+          expect(result.code).toBe("sandbox_closed");
+          cut++;
+        }
+      }
+      expect(cut).toBeGreaterThan(0);
+    });
+
+    it("an acknowledged upload stays until the next acknowledged change while edits race it", async () => {
+      shared = await target.open();
+      const { observer: sandbox } = shared;
+      const base = "A0\nA1\nA2\n";
+      expect((await sandbox.write("/raced.txt", `${base}U-start\n`)).error).toBeUndefined();
+      let done = false;
+      const lost: string[] = [];
+      const edits: Record<string, number> = {};
+      const uploader = (async () => {
+        try {
+          for (let i = 0; i < target.rounds; i++) {
+            const [upload] = await sandbox.uploadFiles([["/raced.txt", bytes(`${base}U${i}\n`)]]);
+            expect(upload!.error).toBeNull();
+            // Editors change only A/B lines: an edit that lands after this upload keeps U<i>; one that read older content must lose its swap.
+            const now = decode((await sandbox.downloadFiles(["/raced.txt"]))[0]!.content);
+            if (!now.includes(`\nU${i}\n`)) lost.push(`after upload U${i} was acknowledged the file holds ${JSON.stringify(now)}`);
+          }
+        } finally {
+          done = true;
+        }
+      })();
+      const editors = [0, 1, 2].map(async (k) => {
+        while (!done) {
+          const now = decode((await sandbox.downloadFiles(["/raced.txt"]))[0]!.content);
+          const from = now.includes(`A${k}\n`) ? `A${k}\n` : `B${k}\n`;
+          const result = await sandbox.edit("/raced.txt", from, from.startsWith("A") ? `B${k}\n` : `A${k}\n`);
+          edits[result.code ?? "ok"] = (edits[result.code ?? "ok"] ?? 0) + 1;
+        }
+      });
+      await Promise.all([uploader, ...editors]);
+      expect(lost).toEqual([]);
+      expect(decode((await sandbox.downloadFiles(["/raced.txt"]))[0]!.content)).toMatch(new RegExp(`\nU${target.rounds - 1}\n$`));
+      expect(Object.keys(edits).filter((code) => code !== "ok" && code !== "no_match")).toEqual([]);
+      expect(edits.ok).toBeGreaterThan(0);
+      expect((await sandbox.execute("find . -name '.strata-*'")).output).toBe("");
+    }, 120_000);
   });
 }
