@@ -31,7 +31,8 @@ export interface StoreTarget<S extends Store = Store> {
 
 const text = (content: string): FileData => fileDataFromText(content);
 
-async function codeOf(promise: Promise<unknown>): Promise<ErrorCode | "ok"> {
+/** The code a store call fails with, or "ok". Shared with the engine suites in test/support. */
+export async function codeOf(promise: Promise<unknown>): Promise<ErrorCode | "ok"> {
   try {
     await promise;
     return "ok";
@@ -41,17 +42,17 @@ async function codeOf(promise: Promise<unknown>): Promise<ErrorCode | "ok"> {
   }
 }
 
-async function collect(items: AsyncIterable<StoredItem>): Promise<StoredItem[]> {
+export async function collect(items: AsyncIterable<StoredItem>): Promise<StoredItem[]> {
   const all: StoredItem[] = [];
   for await (const item of items) all.push(item);
   return all;
 }
 
-async function allKeys(store: Store, ns: Namespace): Promise<string[]> {
+export async function allKeys(store: Store, ns: Namespace, prefix?: string): Promise<string[]> {
   const keys: string[] = [];
   let after: string | undefined;
   do {
-    const page = await store.list(ns, { after, limit: 100 });
+    const page = await store.list(ns, { prefix, after, limit: 100 });
     keys.push(...page.items.map((item) => item.key));
     after = page.next;
   } while (after !== undefined);

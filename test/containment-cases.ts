@@ -164,9 +164,10 @@ export function containmentCases(target: ContainmentTarget): void {
       // more, then blocks opening a FIFO nobody writes (no CPU spent): a shell whose fork fails dies, the
       // others stay, so the bomb holds the limit. `exec` spares the main shell a fork of its own. Ten
       // levels deep at most (1023 processes), so a sandbox that fails this case does not take the host down.
+      // Six seconds: on a loaded machine the bomb needs a few to grow past ten.
       await sandbox.write(
         `/${marker}.sh`,
-        'mkfifo /tmp/hold\nb() { if [ "$1" -lt 10 ]; then b $(($1 + 1)) & b $(($1 + 1)) & fi; read _ < /tmp/hold; }\nb 1 &\nexec sleep 3\n',
+        'mkfifo /tmp/hold\nb() { if [ "$1" -lt 10 ]; then b $(($1 + 1)) & b $(($1 + 1)) & fi; read _ < /tmp/hold; }\nb 1 &\nexec sleep 6\n',
       );
       const rssBefore = process.memoryUsage().rss;
       const started = Date.now();

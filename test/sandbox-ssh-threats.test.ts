@@ -17,25 +17,19 @@ import { afterAll, describe, expect, it } from "vitest";
 import { isStrataError } from "../core/errors.js";
 import { MAX_TIMEOUT_SECONDS } from "../core/limits.js";
 import { SshSandbox, type SshSandboxOptions } from "../sandboxes/ssh.js";
-import { sshService } from "./support/sandbox-services.js";
+import { SshWorkspaces } from "./support/sandbox-services.js";
 
-const { options, home } = sshService();
-const root = `${home}/ssh-threats-${randomUUID()}`;
+const workspaces = new SshWorkspaces("ssh-threats");
+const { root } = workspaces;
+const { options } = workspaces.service;
 const localDir = mkdtempSync(join(tmpdir(), "strata-ssh-threats-"));
 const bytes = (text: string) => new TextEncoder().encode(text);
 
-const open: SshSandbox[] = [];
-async function fresh(extra: Partial<SshSandboxOptions> = {}): Promise<SshSandbox> {
-  const sandbox = await SshSandbox.connect({ ...options, workspace: `${root}/${randomUUID()}`, ...extra });
-  open.push(sandbox);
-  return sandbox;
-}
+/** A sandbox on a fresh, empty remote workspace. */
+const fresh = (extra: Partial<SshSandboxOptions> = {}) => workspaces.fresh(extra);
 
 afterAll(async () => {
-  await Promise.all(open.map((sandbox) => sandbox.close()));
-  const cleaner = await SshSandbox.connect({ ...options, workspace: home });
-  await cleaner.execute(`rm -rf -- '${root}'`);
-  await cleaner.close();
+  await workspaces.cleanUp();
   rmSync(localDir, { recursive: true, force: true });
 });
 

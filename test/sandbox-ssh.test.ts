@@ -8,28 +8,21 @@ import { readFileSync } from "node:fs";
 import ssh2 from "ssh2";
 import { afterAll, describe, expect, it } from "vitest";
 import { isStrataError } from "../core/errors.js";
-import { SshSandbox } from "../sandboxes/ssh.js";
+import { SshSandbox, type SshSandboxOptions } from "../sandboxes/ssh.js";
 import { commandCases } from "./containment-cases.js";
-import { sshService } from "./support/sandbox-services.js";
+import { SshWorkspaces } from "./support/sandbox-services.js";
 
-const { options, home } = sshService();
-const root = `${home}/ssh-test-${randomUUID()}`;
+const workspaces = new SshWorkspaces("ssh-test");
+const { root } = workspaces;
+const { options } = workspaces.service;
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array | null) => new TextDecoder().decode(data ?? new Uint8Array());
 
-const open: SshSandbox[] = [];
 /** A sandbox on a fresh, empty remote workspace. */
-async function fresh(extra: Partial<Parameters<typeof SshSandbox.connect>[0]> = {}): Promise<SshSandbox> {
-  const sandbox = await SshSandbox.connect({ ...options, workspace: `${root}/${randomUUID()}`, ...extra });
-  open.push(sandbox);
-  return sandbox;
-}
+const fresh = (extra: Partial<SshSandboxOptions> = {}) => workspaces.fresh(extra);
 
 afterAll(async () => {
-  await Promise.all(open.map((sandbox) => sandbox.close()));
-  const cleaner = await SshSandbox.connect({ ...options, workspace: home });
-  await cleaner.execute(`rm -rf -- '${root}'`);
-  await cleaner.close();
+  await workspaces.cleanUp();
 });
 
 async function rejection(promise: Promise<unknown>): Promise<unknown> {
@@ -217,7 +210,7 @@ describe("SshSandbox lifecycle", () => {
     await first.uploadFiles([["/kept.txt", bytes("still here")]]);
     await first.close();
     const again = await SshSandbox.connect({ ...options, workspace });
-    open.push(again);
+    workspaces.track(again);
     expect(again.id).toBe(first.id);
     expect(text((await again.downloadFiles(["/kept.txt"]))[0]!.content)).toBe("still here");
   });

@@ -7,7 +7,7 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { DockerSandbox, type DockerSandboxOptions } from "../../sandboxes/docker.js";
-import type { SshSandboxOptions } from "../../sandboxes/ssh.js";
+import { SshSandbox, type SshSandboxOptions } from "../../sandboxes/ssh.js";
 import { requireService } from "./runtime-services.js";
 
 export interface DockerService {
@@ -75,4 +75,36 @@ export function sshService(): SshService {
   const privateKey = readFileSync(requireService("STRATA_SSH_KEY", "40-sshd.sh"));
   const hostKey = readFileSync(requireService("STRATA_SSH_HOST_KEY", "40-sshd.sh"), "utf8");
   return { options: { host, port, username, privateKey, hostKey }, home: `/home/${username}` };
+}
+
+/**
+ * SSH sandboxes on fresh workspaces, all under one remote directory per test
+ * file; `cleanUp` closes every one and removes the directory.
+ */
+export class SshWorkspaces {
+  readonly service = sshService();
+  readonly root: string;
+  private readonly open: SshSandbox[] = [];
+
+  constructor(name: string) {
+    this.root = `${this.service.home}/${name}-${randomUUID()}`;
+  }
+
+  /** A sandbox on a fresh, empty workspace under `root`. */
+  async fresh(extra: Partial<SshSandboxOptions> = {}): Promise<SshSandbox> {
+    return this.track(await SshSandbox.connect({ ...this.service.options, workspace: `${this.root}/${randomUUID()}`, ...extra }));
+  }
+
+  /** Closes `sandbox` with the others at the end. */
+  track(sandbox: SshSandbox): SshSandbox {
+    this.open.push(sandbox);
+    return sandbox;
+  }
+
+  async cleanUp(): Promise<void> {
+    await Promise.all(this.open.map((sandbox) => sandbox.close()));
+    const cleaner = await SshSandbox.connect({ ...this.service.options, workspace: this.service.home });
+    await cleaner.execute(`rm -rf -- '${this.root}'`);
+    await cleaner.close();
+  }
 }

@@ -9,11 +9,12 @@ import { randomUUID } from "node:crypto";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { StoreBackend } from "../../backends/store.js";
-import { isStrataError, type ErrorCode } from "../../core/errors.js";
+import { isStrataError } from "../../core/errors.js";
 import { fileDataFromBytes, fileDataFromText, fileDataText } from "../../core/filedata.js";
 import type { FileData, FileDataV1 } from "../../core/types.js";
-import type { Namespace, Store, StoredItem } from "../../stores/store.js";
+import type { Namespace, Store } from "../../stores/store.js";
 import { crashContent, eventually, type PrivatePostgres, type PrivateRedis } from "./servers.js";
+import { allKeys, codeOf, collect } from "../../conformance/stores.js";
 
 export interface EngineSuite {
   name: string;
@@ -36,33 +37,6 @@ export interface EngineSuite {
 }
 
 const text = (content: string): FileData => fileDataFromText(content);
-
-async function codeOf(promise: Promise<unknown>): Promise<ErrorCode | "ok"> {
-  try {
-    await promise;
-    return "ok";
-  } catch (error) {
-    if (isStrataError(error)) return error.code;
-    throw error;
-  }
-}
-
-async function collect(items: AsyncIterable<StoredItem>): Promise<StoredItem[]> {
-  const all: StoredItem[] = [];
-  for await (const item of items) all.push(item);
-  return all;
-}
-
-async function allKeys(store: Store, ns: Namespace, prefix?: string): Promise<string[]> {
-  const keys: string[] = [];
-  let after: string | undefined;
-  do {
-    const page = await store.list(ns, { prefix, after, limit: 100 });
-    keys.push(...page.items.map((item) => item.key));
-    after = page.next;
-  } while (after !== undefined);
-  return keys;
-}
 
 /** Code-point order: how the engines order keys (byte order of UTF-8). */
 const byCodePoint = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));
