@@ -212,6 +212,8 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
    * dies mid-script without a status.
    */
   protected fileOperationConcurrency = 8;
+  /** The subclass's own upload channel keeps the quota exactly (LocalSandbox: its FilesystemBackend), so uploads are not measured here too. */
+  protected uploadsKeepQuota = false;
   private scriptsRunning = 0;
   private readonly scriptQueue: Array<() => void> = [];
   /** The workspace quota, undefined for none. */
@@ -311,7 +313,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
     }
     try {
       let accepted = pending;
-      if (this.quota) {
+      if (this.quota && !this.uploadsKeepQuota) {
         // Every item counted as a new file of its full size: an overwrite is over-counted, never under.
         const usage = { ...(await this.currentUsage()) };
         accepted = pending.filter(({ index, item: [path, content] }) => {

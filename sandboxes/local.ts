@@ -65,6 +65,7 @@ export class LocalSandbox extends BaseSandbox {
   private readonly ownsWorkspace: boolean;
   private readonly files: FilesystemBackend;
   private readonly env: Record<string, string>;
+  protected override uploadsKeepQuota = true;
 
   constructor(private readonly options: LocalSandboxOptions = {}) {
     super(options);
