@@ -55,31 +55,6 @@ export function runEngineSuite(suite: EngineSuite): void {
   });
 
   describe(`${suite.name}: compare-and-set`, () => {
-    it("creates only when absent, updates only at the expected version, and never reuses a version", async () => {
-      const ns = fresh();
-      const v1 = await store.put(ns, "/f.txt", text("one"), { expectedVersion: null });
-      expect(await codeOf(store.put(ns, "/f.txt", text("again"), { expectedVersion: null }))).toBe("conflict");
-      const v2 = await store.put(ns, "/f.txt", text("two"), { expectedVersion: v1 });
-      expect(v2).toBeGreaterThan(v1);
-      expect(await codeOf(store.put(ns, "/f.txt", text("stale"), { expectedVersion: v1 }))).toBe("conflict");
-      expect(await codeOf(store.put(ns, "/missing.txt", text("x"), { expectedVersion: v2 }))).toBe("conflict");
-      expect(await store.get(ns, "/missing.txt")).toBeUndefined();
-      const current = await store.get(ns, "/f.txt");
-      expect(current?.version).toBe(v2);
-      expect(fileDataText(current!.value)).toBe("two");
-
-      expect(await codeOf(store.delete(ns, "/f.txt", { expectedVersion: v1 }))).toBe("conflict");
-      expect(await codeOf(store.delete(ns, "/f.txt", { expectedVersion: null }))).toBe("conflict");
-      expect(await store.delete(ns, "/f.txt", { expectedVersion: v2 })).toBe(true);
-      expect(await store.delete(ns, "/f.txt")).toBe(false);
-      expect(await store.delete(ns, "/f.txt", { expectedVersion: null })).toBe(false);
-      expect(await codeOf(store.delete(ns, "/f.txt", { expectedVersion: v2 }))).toBe("conflict");
-
-      const v3 = await store.put(ns, "/f.txt", text("three"));
-      expect(v3).toBeGreaterThan(v2);
-      expect(await store.put(ns, "/f.txt", text("four"))).toBeGreaterThan(v3);
-    });
-
     it("putMany stores a batch at once, the last value of a repeated key winning", async () => {
       const ns = fresh();
       const versions = await store.putMany(ns, [
