@@ -8,22 +8,13 @@ import Docker from "dockerode";
 import { afterAll, describe, expect, it } from "vitest";
 import { isStrataError } from "../core/errors.js";
 import { DockerSandbox } from "../sandboxes/docker.js";
-import { SharedContainer, TEST_LABELS, dockerService } from "./support/sandbox-services.js";
+import { dockerService, rejection, SharedContainer, TEST_LABELS } from "./support/sandbox-services.js";
 
 const { socket, images } = dockerService();
 const bytes = (text: string) => new TextEncoder().encode(text);
 const text = (data: Uint8Array | null) => new TextDecoder().decode(data ?? new Uint8Array());
 
 /** The rejection of a promise (fails the test when it resolves). */
-async function rejection(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error("expected a rejection");
-}
-
 /** Lines of `ps` inside the container that mention `marker`, polled until none is left or `seconds` pass. */
 async function processesInside(sandbox: DockerSandbox, marker: string, seconds = 3): Promise<string[]> {
   const deadline = Date.now() + seconds * 1000;

@@ -17,7 +17,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { isStrataError } from "../core/errors.js";
 import { MAX_TIMEOUT_SECONDS } from "../core/limits.js";
 import { SshSandbox, type SshSandboxOptions } from "../sandboxes/ssh.js";
-import { SshWorkspaces } from "./support/sandbox-services.js";
+import { rejection, SshWorkspaces } from "./support/sandbox-services.js";
 
 const workspaces = new SshWorkspaces("ssh-threats");
 const { root } = workspaces;
@@ -32,15 +32,6 @@ afterAll(async () => {
   await workspaces.cleanUp();
   rmSync(localDir, { recursive: true, force: true });
 });
-
-async function rejection(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error("expected a rejection");
-}
 
 /** The sshd processes serving this sandbox's current connection (and nothing else): by the client's local port. */
 function serverPids(sandbox: SshSandbox): number[] {

@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { isStrataError } from "../core/errors.js";
 import { SshSandbox, type SshSandboxOptions } from "../sandboxes/ssh.js";
 import { commandCases } from "./containment-cases.js";
-import { SshWorkspaces } from "./support/sandbox-services.js";
+import { rejection, SshWorkspaces } from "./support/sandbox-services.js";
 
 const workspaces = new SshWorkspaces("ssh-test");
 const { root } = workspaces;
@@ -24,15 +24,6 @@ const fresh = (extra: Partial<SshSandboxOptions> = {}) => workspaces.fresh(extra
 afterAll(async () => {
   await workspaces.cleanUp();
 });
-
-async function rejection(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error("expected a rejection");
-}
 
 /** Processes of the remote user whose command line mentions `marker`, polled until none is left or `seconds` pass. */
 async function remoteProcesses(sandbox: SshSandbox, marker: string, seconds = 3): Promise<string[]> {

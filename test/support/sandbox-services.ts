@@ -108,3 +108,13 @@ export class SshWorkspaces {
     await cleaner.close();
   }
 }
+
+/** The error `promise` rejects with; fails the test when it resolves. */
+export async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  throw new Error("expected a rejection");
+}
