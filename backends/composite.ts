@@ -341,8 +341,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
  * caller's own search path. Otherwise it is applied to outer paths afterwards.
  */
 function globMeansTheSame(glob: string, t: Target, root: string): boolean {
-  if (t.prefix === undefined) return true;
-  if (glob.startsWith("/")) return false;
+  if (glob.startsWith("/")) return t.prefix === undefined;
   return !glob.includes("/") || outer(t.prefix, t.inner) === root;
 }
 

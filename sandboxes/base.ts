@@ -265,6 +265,15 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
   }
 
   /**
+   * A call cut short by close() answers sandbox_closed, whatever the transport
+   * saw as the sandbox went away (a dropped SSH connection, a killed process).
+   */
+  private closedIfClosing(error: unknown): unknown {
+    if (!this.isClosed || (error instanceof StrataError && error.code === "sandbox_closed")) return error;
+    return new StrataError("sandbox_closed", `Sandbox '${this.id}' was closed while the call ran`, { cause: error });
+  }
+
+  /**
    * Wraps the three methods a subclass implements, once for every sandbox:
    * argument checks, the closed state, a per-command abort signal, the quota
    * on uploads, per-item answers instead of throws, and paths echoed exactly
@@ -291,6 +300,8 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
     this.liveCommands.add(controller);
     try {
       return await inner.call(this, command as string, { ...checked, signal });
+    } catch (error) {
+      throw this.closedIfClosing(error);
     } finally {
       this.liveCommands.delete(controller);
       if (!own) this.usage = undefined;
@@ -334,7 +345,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
         accepted.forEach(({ index }, i) => (responses[index]!.error = answers[i] ? answers[i].error : "permission_denied"));
       }
     } catch (error) {
-      const code = toFileOperationError(asStrataError(error, "/").code);
+      const code = toFileOperationError(asStrataError(this.closedIfClosing(error), "/").code);
       for (const { index } of pending) responses[index]!.error ??= code;
     } finally {
       this.usage = undefined;
@@ -363,7 +374,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
         responses[index]!.error = answer ? answer.error : "permission_denied";
       });
     } catch (error) {
-      const code = toFileOperationError(asStrataError(error, "/").code);
+      const code = toFileOperationError(asStrataError(this.closedIfClosing(error), "/").code);
       for (const { index } of pending) {
         responses[index]!.content = null;
         responses[index]!.error = code;

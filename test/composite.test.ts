@@ -53,6 +53,13 @@ describe("CompositeBackend routing", () => {
     expect((await composite.globInfo("**/*.txt")).map((i) => i.path)).toEqual(["/mem/deep/a/b.txt", "/top.txt"]);
   });
 
+  it("searches the default backend from the caller's path when a glob's literal prefix narrows the search (fast-check seed -488134160)", async () => {
+    const composite = new CompositeBackend({ default: new StateBackend(), routes: { "/a/b": new StateBackend() } });
+    await composite.write("/a/a", "needle");
+    expect((await composite.globInfo("a/*", "/")).map((i) => i.path)).toEqual(["/a/a"]);
+    expect((await composite.grep("needle", "/", "a/*")).matches.map((m) => m.path)).toEqual(["/a/a"]);
+  });
+
   it("never shows a routed backend's inner paths in errors or updates", async () => {
     const { composite } = workspace();
     const written = await composite.write("/mem/deep/f.txt", "x");
