@@ -1,39 +1,39 @@
-import { BaseBackend, checkBatch, failure } from "../core/base.js";
-import { errors, printable, StrataError, toFileOperationError } from "../core/errors.js";
+import { BaseBackend, failure, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
+import { errors, printable, StrataError, type ErrorCode, type ErrorInfo } from "../core/errors.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
-import { isSandboxBackend, type BackendProtocol, type SandboxBackendProtocol } from "../core/protocol.js";
+import { isSandbox, type Backend, type Sandbox } from "../core/protocol.js";
 import type {
   DeleteResult,
   EditResult,
   ExecuteOptions,
   ExecuteResponse,
   FileData,
-  FileDownloadResponse,
   FileInfo,
-  FileUploadResponse,
+  FilesUpdate,
   GrepMatch,
-  GrepOptions,
   GrepResult,
-  WriteOptions,
+  Result,
+  SpawnOptions,
+  SpawnedProcess,
   WriteResult,
 } from "../core/types.js";
 
 export interface CompositeBackendOptions {
   /** Serves every path no route claims. */
-  default: BackendProtocol;
+  default: Backend;
   /** Path prefix → backend. `/mem` claims `/mem` and `/mem/…`, never `/memo`. */
-  routes: Record<string, BackendProtocol>;
+  routes: Record<string, Backend>;
 }
 
 interface Route {
   prefix: string;
-  backend: BackendProtocol;
+  backend: Backend;
 }
 
 interface Target {
-  backend: BackendProtocol;
+  backend: Backend;
   /** The route prefix, or undefined for the default backend. */
   prefix: string | undefined;
   /** The path as the target backend sees it. */
@@ -43,11 +43,13 @@ interface Target {
 /**
  * Routes each path to a backend by its longest matching prefix. Searches
  * fan out in parallel to every backend under the search path and merge
- * under one global cap. Paths and messages are translated both ways, so a
- * caller never sees a routed backend's inner paths.
+ * under one global cap. Paths are translated both ways (an error's path is a
+ * field, and the message names it in quotes), so a caller never sees a
+ * routed backend's inner paths. Commands run in the default backend when it
+ * is a sandbox.
  */
-export class CompositeBackend extends BaseBackend implements SandboxBackendProtocol {
-  readonly default: BackendProtocol;
+export class CompositeBackend extends BaseBackend implements Sandbox {
+  readonly default: Backend;
   private readonly routes: Route[];
 
   constructor(options: CompositeBackendOptions) {
@@ -63,7 +65,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
   }
 
   get id(): string {
-    return isSandboxBackend(this.default) ? this.default.id : "composite";
+    return isSandbox(this.default) ? this.default.id : "composite";
   }
 
   private target(path: string): Target {
@@ -83,10 +85,10 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return this.target(path).prefix === t.prefix;
   }
 
-  async lsInfo(dirPath: string): Promise<FileInfo[]> {
+  protected async doLs(dirPath: string): Promise<FileInfo[]> {
     const dir = normalizePath(dirPath);
     const t = this.target(dir);
-    const listed = await this.translate(t, () => t.backend.lsInfo(t.inner));
+    const listed = this.unwrap(t, await t.backend.ls(t.inner)).entries;
     const entries = new Map<string, FileInfo>();
     for (const info of listed) {
       const path = outer(t.prefix, info.path);
@@ -100,28 +102,60 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return sortByPath([...entries.values()]);
   }
 
-  async readRaw(filePath: string): Promise<FileData> {
+  protected async doReadRaw(filePath: string): Promise<FileData> {
     const t = this.target(normalizePath(filePath));
-    return this.translate(t, () => t.backend.readRaw(t.inner));
+    return this.unwrap(t, await t.backend.readRaw(t.inner)).data;
   }
 
-  override async read(filePath: string, offset?: number, limit?: number): Promise<string> {
-    let t: Target;
-    try {
-      t = this.target(normalizePath(filePath));
-    } catch (error) {
-      return `Error: ${failure(error, filePath).error}`;
-    }
-    const text = await t.backend.read(t.inner, offset, limit);
-    return text.startsWith("Error: ") ? this.message(t, text) : text;
+  protected override async doRead(filePath: string, offset: number, limit: number): Promise<TextWindow> {
+    const t = this.target(normalizePath(filePath));
+    const read = this.unwrap(t, await t.backend.read(t.inner, { offset, limit }));
+    if (read.encoding === "binary") throw errors.binary(normalizePath(filePath), read.size);
+    return { lines: read.lineCount === 0 ? [] : read.content.split("\n"), totalLines: read.totalLines };
   }
 
-  write(filePath: string, content: string, options?: WriteOptions): Promise<WriteResult> {
-    return this.routed(filePath, (t) => (this.isMountDirectory(t) ? Promise.reject(errors.isDirectory(filePath)) : t.backend.write(t.inner, content, options)));
+  protected doWrite(filePath: string, content: string, overwrite: boolean): Promise<WriteResult> {
+    return this.routed(filePath, (t) => (this.isMountDirectory(t) ? Promise.reject(errors.isDirectory(filePath)) : t.backend.write(t.inner, content, { overwrite })));
   }
 
-  edit(filePath: string, oldString: string, newString: string, replaceAll?: boolean): Promise<EditResult> {
-    return this.routed(filePath, (t) => t.backend.edit(t.inner, oldString, newString, replaceAll));
+  protected doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
+    return this.routed(filePath, (t) => t.backend.edit(t.inner, oldString, newString, { replaceAll }));
+  }
+
+  protected override async doStat(filePath: string): Promise<FileInfo> {
+    const path = normalizePath(filePath);
+    const t = this.target(path);
+    if (path === "/" || this.isMountDirectory(t) || (t.prefix !== undefined && t.inner === "/")) return { path: path === "/" ? "/" : `${path}/`, is_dir: true };
+    const info = this.unwrap(t, await t.backend.stat(t.inner));
+    return { ...info, path: outer(t.prefix, info.path) };
+  }
+
+  protected override async doMkdir(filePath: string, recursive: boolean): Promise<FilesUpdate> {
+    const path = normalizePath(filePath);
+    const t = this.target(path);
+    if (path === "/" || this.isMountDirectory(t) || (t.prefix !== undefined && t.inner === "/")) return super.doMkdir(filePath, recursive);
+    return this.outerUpdate(t, this.unwrap(t, await t.backend.mkdir(t.inner, { recursive })).filesUpdate);
+  }
+
+  /** Within one backend its own move (atomic where it can be); across backends, copy then delete. */
+  protected override async doMove(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    const source = this.target(normalizePath(from));
+    const target = this.target(normalizePath(to));
+    if (source.backend !== target.backend || this.spansRoutes(source) || this.spansRoutes(target)) return super.doMove(from, to, overwrite);
+    return this.outerUpdate(source, this.unwrap(source, await source.backend.move(source.inner, target.inner, { overwrite })).filesUpdate);
+  }
+
+  protected override async doCopy(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    const source = this.target(normalizePath(from));
+    const target = this.target(normalizePath(to));
+    if (source.backend !== target.backend || this.spansRoutes(source) || this.spansRoutes(target)) return super.doCopy(from, to, overwrite);
+    return this.outerUpdate(source, this.unwrap(source, await source.backend.copy(source.inner, target.inner, { overwrite })).filesUpdate);
+  }
+
+  /** Whether a path holds a mount point beneath it (so one backend alone cannot move it). */
+  private spansRoutes(t: Target): boolean {
+    const path = outer(t.prefix, t.inner);
+    return this.routes.some((route) => route.prefix !== t.prefix && isWithin(path, route.prefix));
   }
 
   /**
@@ -131,7 +165,7 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
    * directory). A mount point named directly has its contents removed. If
    * one part fails after another succeeded, the error says what was removed.
    */
-  async delete(filePath: string): Promise<DeleteResult> {
+  protected async doDelete(filePath: string): Promise<DeleteResult> {
     let path: string;
     try {
       path = normalizePath(filePath);
@@ -168,12 +202,9 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
   /** Deletes every entry at the root of a route's backend (what lies under its mount point). */
   private async clearRoute(route: Route): Promise<DeleteResult> {
     const t: Target = { backend: route.backend, prefix: route.prefix, inner: "/" };
-    let entries: FileInfo[];
-    try {
-      entries = await this.translate(t, () => route.backend.lsInfo("/"));
-    } catch (error) {
-      return failure(error, route.prefix);
-    }
+    const listed = await route.backend.ls("/");
+    if (listed.error) return { error: this.message(t, listed.error), code: listed.error.code };
+    const entries = listed.entries;
     const filesUpdate: Record<string, null> = {};
     for (const entry of entries) {
       const inner = entry.path.replace(/\/$/, "");
@@ -184,9 +215,9 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return { path: route.prefix, filesUpdate };
   }
 
-  async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
+  protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     validateGrepPattern(pattern);
-    validateMaxCount(options.maxCount);
+    validateMaxCount(maxCount);
     const root = searchRoot(path);
     const matcher = glob ? compileGlob(glob, root) : undefined;
     const results = await Promise.all(
@@ -194,27 +225,26 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
         const passGlob = !!glob && globMeansTheSame(glob, t, root);
         // A cap spent on matches under a longer route (dropped below) would hide real ones: such a search runs uncapped.
         const shadowed = this.routes.some((route) => route.prefix !== t.prefix && isWithin(outer(t.prefix, t.inner), route.prefix));
-        const inner = await this.translate(t, () =>
-          t.backend.grep(pattern, t.inner, passGlob ? glob : null, (passGlob || !glob) && !shadowed ? options : {}),
-        );
+        const capped = (passGlob || !glob) && !shadowed;
+        const inner = this.unwrap(t, await t.backend.grep(pattern, { path: t.inner, glob: passGlob ? glob : null, maxCount: capped ? maxCount : undefined }));
         const matches = inner.matches
           .map((m): GrepMatch => ({ ...m, path: outer(t.prefix, m.path) }))
           .filter((m) => this.owns(t, m.path) && (!matcher || matcher(m.path)));
         return { matches, truncated: inner.truncated };
       }),
     );
-    const merged = capMatches(sortMatches(results.flatMap((r) => r.matches)), options.maxCount);
+    const merged = capMatches(sortMatches(results.flatMap((r) => r.matches)), maxCount);
     // A backend that hit the cap on its own had more than maxCount matches, so the whole result is cut.
     return { matches: merged.matches, truncated: merged.truncated || results.some((r) => r.truncated) };
   }
 
-  async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
     const root = searchRoot(path);
     const matcher = compileGlob(pattern, root);
     const results = await Promise.all(
       this.fanOut(matcher.root).map(async (t) => {
         const innerPattern = globMeansTheSame(pattern, t, root) ? pattern : "**";
-        const found = await this.translate(t, () => t.backend.globInfo(innerPattern, t.inner));
+        const found = this.unwrap(t, await t.backend.glob(innerPattern, { path: t.inner })).entries;
         return found
           .map((info) => ({ ...info, path: outer(t.prefix, info.path) }))
           .filter((info) => this.owns(t, info.path) && matcher(info.path));
@@ -223,33 +253,43 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return sortByPath(results.flat());
   }
 
-  /** Responses echo each path exactly as the caller gave it (seed 000). */
-  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    checkBatch(files, "uploadFiles");
+  /** Answers echo each path exactly as the caller gave it (seed 000). */
+  protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     return this.batched(
-      files.map((item) => (Array.isArray(item) ? (item[0] as string) : (item as unknown as string))),
-      (t, indices) => t.backend.uploadFiles(indices.map((i) => [this.target(normalizePath(files[i]![0])).inner, files[i]![1]] as const)),
-      (t) => this.isMountDirectory(t),
+      files.map((item) => item[0]),
+      async (t, indices) => {
+        const result = await t.backend.uploadFiles(indices.map((i) => [this.target(normalizePath(files[i]![0])).inner, files[i]![1]] as const));
+        return result.error ? indices.map(() => ({ path: "", error: result.error.code })) : result.files.map((f) => ({ path: f.path, error: f.error?.code ?? null }));
+      },
       (path, error) => ({ path, error }),
     );
   }
 
-  override async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    checkBatch(paths, "downloadFiles");
+  protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
     return this.batched(
       paths,
-      (t, indices) => t.backend.downloadFiles(indices.map((i) => this.target(normalizePath(paths[i]!)).inner)),
-      (t) => this.isMountDirectory(t),
+      async (t, indices) => {
+        const result = await t.backend.downloadFiles(indices.map((i) => this.target(normalizePath(paths[i]!)).inner));
+        return result.error
+          ? indices.map(() => ({ path: "", content: null, error: result.error.code }))
+          : result.files.map((f) => ({ path: f.path, content: f.content, error: f.error?.code ?? null }));
+      },
       (path, error) => ({ path, content: null, error }),
     );
   }
 
-  async execute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse> {
-    if (!isSandboxBackend(this.default)) {
-      throw new StrataError("unsupported", "This workspace cannot run commands: its default backend is not a sandbox");
-    }
+  async execute(command: string, options?: ExecuteOptions): Promise<Result<ExecuteResponse>> {
+    if (!isSandbox(this.default)) return { error: notASandbox() };
     return this.default.execute(command, options);
   }
+
+  async spawn(command: string, options?: SpawnOptions): Promise<Result<SpawnedProcess>> {
+    if (!isSandbox(this.default)) return { error: notASandbox() };
+    return this.default.spawn(command, options);
+  }
+
+  /** The composite owns none of its backends: closing it closes nothing (close them yourself). */
+  async close(): Promise<void> {}
 
   /** The backends a search under `root` must visit, each with its inner search path. */
   private fanOut(root: string): Target[] {
@@ -265,20 +305,19 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
   private async batched<R extends { path: string }>(
     paths: readonly string[],
     call: (t: Target, indices: number[]) => Promise<R[]>,
-    isDirectory: (t: Target) => boolean,
-    failed: (path: string, error: ReturnType<typeof toFileOperationError>) => R,
+    failed: (path: string, error: ErrorCode) => R,
   ): Promise<R[]> {
     const out = new Array<R>(paths.length);
-    const groups = new Map<BackendProtocol, { t: Target; indices: number[] }>();
+    const groups = new Map<Backend, { t: Target; indices: number[] }>();
     paths.forEach((path, i) => {
       try {
         const t = this.target(normalizePath(path));
-        if (isDirectory(t)) throw errors.isDirectory(path);
+        if (this.isMountDirectory(t)) throw errors.isDirectory(path);
         const group = groups.get(t.backend) ?? { t, indices: [] };
         group.indices.push(i);
         groups.set(t.backend, group);
       } catch (error) {
-        out[i] = failed(path, toFileOperationError(failure(error, path).code));
+        out[i] = failed(path, failure(error, path).code);
       }
     });
     await Promise.all(
@@ -292,46 +331,48 @@ export class CompositeBackend extends BaseBackend implements SandboxBackendProto
     return out;
   }
 
-  private async routed<R extends { error?: string; path?: string; filesUpdate?: Record<string, unknown> | null }>(
+  /** A change routed to one backend, answered in the seed result shape the driver contract uses, with outer paths. */
+  private async routed<R extends { path: string; filesUpdate: FilesUpdate; occurrences?: number }>(
     filePath: string,
-    call: (t: Target) => Promise<R>,
-  ): Promise<R> {
+    call: (t: Target) => Promise<Result<R>>,
+  ): Promise<WriteResult & EditResult & DeleteResult> {
     let t: Target;
     try {
       t = this.target(normalizePath(filePath));
     } catch (error) {
-      return failure(error, filePath) as unknown as R;
+      return failure(error, filePath);
     }
-    let result: R;
+    let result: Result<R>;
     try {
       result = await call(t);
     } catch (error) {
-      return failure(error, filePath) as unknown as R;
+      return failure(error, filePath);
     }
-    if (t.prefix === undefined) return result;
-    const translated = { ...result };
-    if (result.error !== undefined) translated.error = this.message(t, result.error);
-    if (result.path !== undefined) translated.path = outer(t.prefix, result.path);
-    if (result.filesUpdate) {
-      translated.filesUpdate = Object.fromEntries(Object.entries(result.filesUpdate).map(([p, v]) => [outer(t.prefix, p), v]));
-    }
-    return translated;
+    if (result.error) return { error: this.message(t, result.error), code: result.error.code };
+    const answer: WriteResult & EditResult & DeleteResult = {
+      path: outer(t.prefix, result.path),
+      filesUpdate: this.outerUpdate(t, result.filesUpdate) as never,
+    };
+    if (result.occurrences !== undefined) answer.occurrences = result.occurrences;
+    return answer;
   }
 
-  /** Runs a call against a target, rewriting a thrown error's inner paths to outer ones. */
-  private async translate<T>(t: Target, call: () => Promise<T>): Promise<T> {
-    try {
-      return await call();
-    } catch (error) {
-      if (t.prefix !== undefined && error instanceof StrataError) throw new StrataError(error.code, this.message(t, error.message), { cause: error });
-      throw error;
-    }
+  private outerUpdate(t: Target, update: FilesUpdate): FilesUpdate {
+    if (!update || t.prefix === undefined) return update;
+    return Object.fromEntries(Object.entries(update).map(([p, v]) => [outer(t.prefix, p), v]));
   }
 
-  /** Rewrites quoted inner paths in a routed backend's message to the caller's paths. */
-  private message(t: Target, message: string): string {
-    if (t.prefix === undefined) return message;
-    return message.replace(/'(\/[^']*)'/g, (_, inner: string) => `'${outer(t.prefix, inner)}'`);
+  /** A routed backend's value, or its failure rethrown with the caller's path. */
+  private unwrap<T extends object>(t: Target, result: Result<T>): T {
+    if (!result.error) return result as T;
+    const path = result.error.path === undefined ? undefined : outer(t.prefix, result.error.path);
+    throw new StrataError(result.error.code, this.message(t, result.error), path === undefined ? undefined : { path });
+  }
+
+  /** A routed backend's message with its path (quoted, as every message quotes it) swapped for the caller's. */
+  private message(t: Target, error: ErrorInfo): string {
+    if (t.prefix === undefined || error.path === undefined) return error.message;
+    return error.message.split(`'${printable(error.path)}'`).join(`'${printable(outer(t.prefix, error.path))}'`);
   }
 }
 
@@ -346,6 +387,10 @@ function globMeansTheSame(glob: string, t: Target, root: string): boolean {
 }
 
 /** An inner path of a routed backend as the caller sees it (keeps a directory's trailing `/`). */
+function notASandbox(): ErrorInfo {
+  return { code: "unsupported", message: "This workspace cannot run commands: its default backend is not a sandbox" };
+}
+
 function outer(prefix: string | undefined, inner: string): string {
   if (prefix === undefined) return inner;
   if (inner === "/") return prefix;

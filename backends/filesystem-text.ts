@@ -11,7 +11,8 @@ import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
 import { errors } from "../core/errors.js";
 import { decodeText } from "../core/filedata.js";
-import { forEachLine, renderLines, renderWindow, validateReadWindow } from "../core/format.js";
+import { checkOffset, type TextWindow } from "../core/base.js";
+import { forEachLine } from "../core/format.js";
 import { grepText } from "../core/grep.js";
 import type { GrepMatch } from "../core/types.js";
 import { at, READ_FLAGS } from "./safe-fs.js";
@@ -26,58 +27,53 @@ function decodeLines(parts: Buffer[]): string | null {
 }
 
 /**
- * `read` of a large file without loading it: lines before the window are
+ * `read` of a large file without loading it: lines outside the window are
  * only counted (newline bytes, nothing decoded or kept), lines in it are
- * decoded and split by the shared line model, and reading stops after it.
- * Output equals formatRead's, except that NUL or invalid UTF-8 is only
- * noticed in the bytes read (NUL in any chunk read, UTF-8 in the window).
+ * decoded and split by the shared line model. The answer equals textWindow's,
+ * except that invalid UTF-8 is only noticed inside the window (NUL anywhere).
  */
-export async function readWindow(handle: FileHandle, path: string, size: number, offsetArg: unknown, limitArg: unknown): Promise<string> {
-  const { offset, limit } = validateReadWindow(offsetArg, limitArg);
+export async function readWindow(handle: FileHandle, path: string, size: number, offset: number, limit: number): Promise<TextWindow> {
   const end = offset + limit;
-  const window: string[] = [];
+  const lines: string[] = [];
   const buffer = Buffer.allocUnsafe(CHUNK_SIZE);
   let index = 0; // the line the next byte belongs to
   let carry: Buffer[] = []; // the start of line `index`, once inside the window
-  let midLine = false;
-  let pastWindow = false;
+  let lastByte = 10;
   const take = (parts: Buffer[]) => {
     const text = decodeLines(parts);
     if (text === null) throw errors.binary(path, size);
     forEachLine(text, (line) => {
-      if (index >= end) {
-        pastWindow = true;
-        return false;
-      }
-      window.push(line);
+      if (index >= offset && index < end) lines.push(line);
       index++;
-      return true;
     });
   };
-  for (let position = 0; !pastWindow; ) {
+  for (let position = 0; ; ) {
     const { bytesRead } = await handle.read(buffer, 0, CHUNK_SIZE, position);
     if (bytesRead === 0) break;
     position += bytesRead;
     const chunk = buffer.subarray(0, bytesRead);
     if (chunk.includes(0)) throw errors.binary(path, size);
-    midLine = chunk[bytesRead - 1] !== 10;
+    lastByte = chunk[bytesRead - 1]!;
     let start = 0;
-    for (let newline = chunk.indexOf(10); index < offset && newline !== -1; newline = chunk.indexOf(10, start)) {
+    // Outside the window, lines are counted, not decoded.
+    for (let newline = chunk.indexOf(10); (index < offset || index >= end) && newline !== -1; newline = chunk.indexOf(10, start)) {
       index++;
       start = newline + 1;
+      carry = [];
     }
-    if (index < offset) continue;
+    if (index < offset || index >= end) continue;
     const last = chunk.lastIndexOf(10);
     if (last >= start) {
       take([...carry, chunk.subarray(start, last + 1)]);
       carry = [];
       start = last + 1;
     }
-    if (start < bytesRead) carry.push(Buffer.from(chunk.subarray(start))); // copied: the buffer is reused
+    if (start < bytesRead && index < end) carry.push(Buffer.from(chunk.subarray(start))); // copied: the buffer is reused
   }
-  if (!pastWindow && carry.length > 0) take(carry);
-  else if (!pastWindow && midLine && index < offset) index++; // an unterminated last line before the window
-  return pastWindow ? renderLines(window, offset + 1) : renderWindow(window, offset, index, path);
+  if (carry.length > 0) take(carry);
+  else if (lastByte !== 10) index++; // an unterminated last line outside the window
+  checkOffset(offset, index, path);
+  return { lines, totalLines: index };
 }
 
 export interface Needle {

@@ -1,7 +1,7 @@
 import type { Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
-import { BaseBackend, checkBatch, failure } from "../core/base.js";
+import { BaseBackend, checkBatch, failure, textWindow, type TextWindow, type UploadAnswer, type DownloadAnswer } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, StrataError, toFileOperationError } from "../core/errors.js";
 import { decodeText, encodeText, fileDataFromBytes } from "../core/filedata.js";
@@ -110,7 +110,7 @@ export class FilesystemBackend extends BaseBackend {
     return this.options.useRipgrep !== false && (await ripgrepPath()) !== undefined;
   }
 
-  async lsInfo(dirPath: string): Promise<FileInfo[]> {
+  protected async doLs(dirPath: string): Promise<FileInfo[]> {
     const r = this.resolve(dirPath);
     try {
       const start = await this.openStart(r, false);
@@ -136,7 +136,7 @@ export class FilesystemBackend extends BaseBackend {
     }
   }
 
-  async readRaw(filePath: string): Promise<FileDataV2> {
+  protected async doReadRaw(filePath: string): Promise<FileDataV2> {
     const r = this.resolve(filePath);
     try {
       return await this.openFile(r, async (handle, stat) => ({
@@ -150,36 +150,34 @@ export class FilesystemBackend extends BaseBackend {
   }
 
   /** Streams files over 8 MiB, holding only the requested lines (see readWindow). */
-  override async read(filePath: string, offset = 0, limit = DEFAULT_READ_LIMIT): Promise<string> {
-    let shown = filePath;
+  protected override async doRead(filePath: string, offset: number, limit: number): Promise<TextWindow> {
+    const r = this.resolve(filePath);
     try {
-      const r = this.resolve(filePath);
-      shown = r.shown;
       return await this.openFile(r, async (handle, stat) => {
         if (stat.size > WHOLE_FILE_LIMIT) return readWindow(handle, r.shown, stat.size, offset, limit);
         const text = decodeText(await handle.readFile());
         if (text === null) throw errors.binary(r.shown, stat.size);
-        return formatRead(text, r.shown, offset, limit);
+        return textWindow(text, r.shown, offset, limit);
       });
     } catch (error) {
-      return errorString(fsError(error, shown));
+      throw fsError(error, r.shown);
     }
   }
 
-  async write(filePath: string, content: string, options: WriteOptions = {}): Promise<WriteResult> {
+  protected async doWrite(filePath: string, content: string, overwrite: boolean): Promise<WriteResult> {
     let shown = filePath;
     try {
       const r = this.resolve(filePath);
       shown = r.shown;
       if (typeof content !== "string") throw errors.invalidArgument("content must be a string");
-      await this.store(r, encodeText(content), options.overwrite === true);
+      await this.store(r, encodeText(content), overwrite === true);
       return { path: r.shown, filesUpdate: null };
     } catch (error) {
       return failure(fsError(error, shown, true), shown);
     }
   }
 
-  async edit(filePath: string, oldString: string, newString: string, replaceAll = false): Promise<EditResult> {
+  protected async doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
     let shown = filePath;
     try {
       const r = this.resolve(filePath);
@@ -210,7 +208,7 @@ export class FilesystemBackend extends BaseBackend {
     }
   }
 
-  async delete(filePath: string): Promise<DeleteResult> {
+  protected async doDelete(filePath: string): Promise<DeleteResult> {
     let shown = filePath;
     try {
       const r = this.resolve(filePath);
@@ -229,14 +227,14 @@ export class FilesystemBackend extends BaseBackend {
     }
   }
 
-  async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
+  protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     validateGrepPattern(pattern);
-    validateMaxCount(options.maxCount);
+    validateMaxCount(maxCount);
     const r = this.searchPath(path);
     const matcher = glob ? compileGlob(this.virtualPattern(glob), r.path) : undefined;
     const startPath = matcher ? matcher.root : r.path;
     // No file needs more matches than the global cap plus one (to know it was cut).
-    const needle: Needle = { text: pattern, bytes: Buffer.from(pattern), limit: (options.maxCount ?? Infinity) + 1 };
+    const needle: Needle = { text: pattern, bytes: Buffer.from(pattern), limit: (maxCount ?? Infinity) + 1 };
     const matches: GrepMatch[] = [];
     const search: FileVisitor = (dirFd, name, filePath) => {
       if (isInternalName(name)) return;
@@ -264,7 +262,7 @@ export class FilesystemBackend extends BaseBackend {
     } catch (error) {
       throw fsError(error, r.shown);
     }
-    return capMatches(sortMatches(matches), options.maxCount);
+    return capMatches(sortMatches(matches), maxCount);
   }
 
   /**
@@ -290,7 +288,7 @@ export class FilesystemBackend extends BaseBackend {
     }
   }
 
-  async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
     const r = this.searchPath(path);
     const matcher = compileGlob(this.virtualPattern(pattern), r.path);
     const found: FileInfo[] = [];
@@ -319,8 +317,7 @@ export class FilesystemBackend extends BaseBackend {
   }
 
   /** Responses echo each path exactly as the caller gave it (seed 000). */
-  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    checkBatch(files, "uploadFiles");
+  protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     // Several at a time (each waits on an fsync). Two uploads to one path still land in input order:
     // items start in input order and each takes its path's turn (FIFO) before its first await.
     return mapLimit(files, IO_CONCURRENCY, async (item): Promise<FileUploadResponse> => {
@@ -338,8 +335,7 @@ export class FilesystemBackend extends BaseBackend {
     });
   }
 
-  override async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    checkBatch(paths, "downloadFiles");
+  protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
     return mapLimit(paths, IO_CONCURRENCY, async (filePath): Promise<FileDownloadResponse> => {
       try {
         const bytes = await this.openFile(this.resolve(filePath), (handle) => handle.readFile());

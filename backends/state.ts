@@ -1,4 +1,4 @@
-import { BaseBackend, checkBatch, failure } from "../core/base.js";
+import { BaseBackend, type UploadAnswer, type DownloadAnswer, checkBatch, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, StrataError, toFileOperationError } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
@@ -161,7 +161,7 @@ export class StateBackend extends BaseBackend {
     return Object.hasOwn(files, path) ? files[path] : undefined;
   }
 
-  async lsInfo(dirPath: string): Promise<FileInfo[]> {
+  protected async doLs(dirPath: string): Promise<FileInfo[]> {
     const dir = normalizePath(dirPath);
     const file = this.record(dir);
     if (file) return [fileDataInfo(dir, file)];
@@ -174,7 +174,7 @@ export class StateBackend extends BaseBackend {
     return sortByPath(entries);
   }
 
-  async readRaw(filePath: string): Promise<FileDataV2> {
+  protected async doReadRaw(filePath: string): Promise<FileDataV2> {
     return this.readNow(normalizePath(filePath));
   }
 
@@ -184,13 +184,13 @@ export class StateBackend extends BaseBackend {
     throw this.index.isDirectory(path) ? errors.isDirectory(path) : errors.notFound(path);
   }
 
-  async write(filePath: string, content: string, options: WriteOptions = {}): Promise<WriteResult> {
+  protected async doWrite(filePath: string, content: string, overwrite: boolean): Promise<WriteResult> {
     let path = filePath;
     try {
       path = normalizePath(filePath);
       if (typeof content !== "string") throw errors.invalidArgument("content must be a string");
       const existing = this.record(path);
-      if (existing && !options.overwrite) throw errors.alreadyExists(path);
+      if (existing && !overwrite) throw errors.alreadyExists(path);
       const data = fileDataFromText(content, existing?.created_at);
       this.store(path, data);
       return { path, filesUpdate: { [path]: data } };
@@ -199,7 +199,7 @@ export class StateBackend extends BaseBackend {
     }
   }
 
-  async edit(filePath: string, oldString: string, newString: string, replaceAll = false): Promise<EditResult> {
+  protected async doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
     let path = filePath;
     try {
       path = normalizePath(filePath);
@@ -216,7 +216,7 @@ export class StateBackend extends BaseBackend {
     }
   }
 
-  async delete(filePath: string): Promise<DeleteResult> {
+  protected async doDelete(filePath: string): Promise<DeleteResult> {
     let path = filePath;
     try {
       path = normalizePath(filePath);
@@ -248,9 +248,9 @@ export class StateBackend extends BaseBackend {
     }
   }
 
-  async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
+  protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     validateGrepPattern(pattern);
-    validateMaxCount(options.maxCount);
+    validateMaxCount(maxCount);
     const root = searchRoot(path);
     const matcher = glob ? compileGlob(glob, root) : undefined;
     const matches: GrepMatch[] = [];
@@ -259,10 +259,10 @@ export class StateBackend extends BaseBackend {
       const text = fileDataText(data);
       if (text !== null) grepText(key, text, pattern, matches);
     }
-    return capMatches(sortMatches(matches), options.maxCount);
+    return capMatches(sortMatches(matches), maxCount);
   }
 
-  async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
     const matcher = compileGlob(pattern, searchRoot(path));
     const found: FileInfo[] = [];
     for (const [key, data] of this.entries) {
@@ -272,8 +272,7 @@ export class StateBackend extends BaseBackend {
   }
 
   /** Responses echo each path exactly as the caller gave it (seed 000). */
-  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    checkBatch(files, "uploadFiles");
+  protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     return files.map((item) => {
       const filePath = Array.isArray(item) ? (item[0] as string) : String(item);
       try {
@@ -284,7 +283,7 @@ export class StateBackend extends BaseBackend {
         this.store(path, fileDataFromBytes(bytes, this.record(path)?.created_at));
         return { path: filePath, error: null };
       } catch (error) {
-        return { path: filePath, error: toFileOperationError(failure(error, filePath).code) };
+        return { path: filePath, error: failure(error, filePath).code };
       }
     });
   }

@@ -1,4 +1,4 @@
-import { BaseBackend, checkBatch, failure } from "../core/base.js";
+import { BaseBackend, type UploadAnswer, type DownloadAnswer, checkBatch, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, isStrataError, StrataError, toFileOperationError } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
@@ -12,7 +12,6 @@ import type {
   FileData,
   FileDataV2,
   FileInfo,
-  FileUploadResponse,
   GrepMatch,
   GrepOptions,
   GrepResult,
@@ -70,7 +69,7 @@ export class StoreBackend extends BaseBackend {
     return namespace;
   }
 
-  async lsInfo(dirPath: string): Promise<FileInfo[]> {
+  protected async doLs(dirPath: string): Promise<FileInfo[]> {
     const dir = normalizePath(dirPath);
     const ns = this.namespace;
     const file = dir === "/" ? undefined : await this.store.get(ns, dir);
@@ -81,7 +80,7 @@ export class StoreBackend extends BaseBackend {
     return sortByPath(entries);
   }
 
-  async readRaw(filePath: string): Promise<FileDataV2> {
+  protected async doReadRaw(filePath: string): Promise<FileDataV2> {
     const path = normalizePath(filePath);
     const ns = this.namespace;
     const item = await this.store.get(ns, path);
@@ -89,17 +88,17 @@ export class StoreBackend extends BaseBackend {
     throw (await this.isDirectory(ns, path)) ? errors.isDirectory(path) : errors.notFound(path);
   }
 
-  async write(filePath: string, content: string, options: WriteOptions = {}): Promise<WriteResult> {
+  protected async doWrite(filePath: string, content: string, overwrite: boolean): Promise<WriteResult> {
     let path = filePath;
     try {
       path = normalizePath(filePath);
       if (typeof content !== "string") throw errors.invalidArgument("content must be a string");
       const ns = this.namespace;
       // A create needs nothing from a stored record: where the store checks the tree itself, one call does it all.
-      const existing = options.overwrite || !this.store.putFile ? await this.store.get(ns, path) : undefined;
-      if (existing && !options.overwrite) throw errors.alreadyExists(path);
+      const existing = overwrite || !this.store.putFile ? await this.store.get(ns, path) : undefined;
+      if (existing && !overwrite) throw errors.alreadyExists(path);
       const data = fileDataFromText(content, existing?.value.created_at);
-      const putOptions = options.overwrite ? {} : { expectedVersion: null };
+      const putOptions = overwrite ? {} : { expectedVersion: null };
       try {
         if (this.store.putFile) {
           this.checkSize(path, data);
@@ -117,7 +116,7 @@ export class StoreBackend extends BaseBackend {
     }
   }
 
-  async edit(filePath: string, oldString: string, newString: string, replaceAll = false): Promise<EditResult> {
+  protected async doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
     let path = filePath;
     try {
       path = normalizePath(filePath);
@@ -150,7 +149,7 @@ export class StoreBackend extends BaseBackend {
     }
   }
 
-  async delete(filePath: string): Promise<DeleteResult> {
+  protected async doDelete(filePath: string): Promise<DeleteResult> {
     let path = filePath;
     try {
       path = normalizePath(filePath);
@@ -163,9 +162,9 @@ export class StoreBackend extends BaseBackend {
     }
   }
 
-  async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
+  protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     validateGrepPattern(pattern);
-    validateMaxCount(options.maxCount);
+    validateMaxCount(maxCount);
     const root = searchRoot(path);
     const matcher = glob ? compileGlob(glob, root) : undefined;
     const scope = matcher ? matcher.root : root;
@@ -179,10 +178,10 @@ export class StoreBackend extends BaseBackend {
     const file = scope === "/" ? undefined : await this.store.get(ns, scope);
     if (file) visit(file);
     for await (const item of this.candidates(ns, pattern, treePrefix(scope))) visit(item);
-    return capMatches(sortMatches(matches), options.maxCount);
+    return capMatches(sortMatches(matches), maxCount);
   }
 
-  async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
     const matcher = compileGlob(pattern, searchRoot(path));
     const ns = this.namespace;
     const found: FileInfo[] = [];
@@ -195,19 +194,18 @@ export class StoreBackend extends BaseBackend {
   }
 
   /** Validates every file, then stores all the valid ones in one transaction. Responses echo each path as the caller gave it (seed 000). */
-  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    checkBatch(files, "uploadFiles");
+  protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     const requested = files.map((item) => (Array.isArray(item) ? (item[0] as string) : String(item)));
     let ns: Namespace;
     try {
       ns = this.namespace;
     } catch (error) {
-      const code = toFileOperationError(failure(error, "/").code);
+      const code = failure(error, "/").code;
       return requested.map((path) => ({ path, error: code }));
     }
-    const responses: FileUploadResponse[] = [];
+    const responses: UploadAnswer[] = [];
     /** The normalised path each accepted response stands for. */
-    const accepted = new Map<FileUploadResponse, string>();
+    const accepted = new Map<UploadAnswer, string>();
     const batch = new Batch();
     for (const [i, item] of files.entries()) {
       const filePath = requested[i]!;
@@ -220,11 +218,11 @@ export class StoreBackend extends BaseBackend {
         const data = fileDataFromBytes(bytes, createdAt);
         await this.checkPlace(ns, path, data, batch);
         batch.add(path, data);
-        const response: FileUploadResponse = { path: filePath, error: null };
+        const response: UploadAnswer = { path: filePath, error: null };
         accepted.set(response, path);
         responses.push(response);
       } catch (error) {
-        responses.push({ path: filePath, error: toFileOperationError(failure(error, filePath).code) });
+        responses.push({ path: filePath, error: failure(error, filePath).code });
       }
     }
     if (batch.files.size === 0) return responses;
@@ -236,10 +234,10 @@ export class StoreBackend extends BaseBackend {
       // The store refused the batch (a value over its size limit, a concurrent
       // writer's file in the way, say): store file by file instead, so each
       // response carries its own outcome.
-      const failed = new Map<string, FileUploadResponse["error"]>();
+      const failed = new Map<string, UploadAnswer["error"]>();
       for (const [path, data] of batch.files) {
         const stored = store.putFile ? store.putFile(ns, path, data) : store.put(ns, path, data);
-        await stored.catch((error: unknown) => failed.set(path, toFileOperationError(failure(error, path).code)));
+        await stored.catch((error: unknown) => failed.set(path, failure(error, path).code));
       }
       for (const [response, path] of accepted) if (failed.has(path)) response.error = failed.get(path)!;
     }

@@ -1,26 +1,33 @@
-import type { BackendProtocol } from "./protocol.js";
-import { type StrataError, asStrataError, errors, toFileOperationError } from "./errors.js";
-import { errorString, formatRead, DEFAULT_READ_LIMIT } from "./format.js";
+import type { Backend } from "./protocol.js";
+import { StrataError, errors, isStrataError, printable, toErrorInfo, type ErrorCode } from "./errors.js";
+import { DEFAULT_READ_LIMIT, forEachLine } from "./format.js";
 import { fileDataBytes, fileDataSize, fileDataText } from "./filedata.js";
-import { normalizePath } from "./paths.js";
+import { maxCountOf, readWindow } from "./limits.js";
+import { mimeTypeOf } from "./mime.js";
+import { isWithin, joinPath, normalizePath, parentOf, relativeTo } from "./paths.js";
 import type {
+  Changed,
   DeleteResult,
+  DownloadItem,
+  Edited,
   EditResult,
   FileData,
-  FileDownloadResponse,
   FileInfo,
-  FileUploadResponse,
-  GrepMatch,
-  GrepOptions,
+  FilesUpdate,
   GrepResult,
-  WriteOptions,
+  Listing,
+  Moved,
+  ReadContent,
+  Result,
+  UploadItem,
   WriteResult,
 } from "./types.js";
+import { toFileOperationError } from "./errors.js";
 
-/** The error part of a result object, from any thrown value. */
-export function failure(error: unknown, path: string): { error: string; code: StrataError["code"] } {
-  const e = asStrataError(error, path);
-  return { error: e.message, code: e.code };
+/** The error part of a seed-shaped result object, from any thrown value. */
+export function failure(error: unknown, path: string): { error: string; code: ErrorCode } {
+  const info = toErrorInfo(error, path);
+  return { error: info.message, code: info.code };
 }
 
 /**
@@ -34,52 +41,416 @@ export function checkBatch(items: unknown, method: "uploadFiles" | "downloadFile
   }
 }
 
-/**
- * What every backend derives the same way: `read` from `readRaw` plus the
- * shared formatter, and the seeds' `grepRaw` from the structured `grep`.
- * Backends with a faster path (streaming disk reads, a shell) override `read`.
- */
-export abstract class BaseBackend implements BackendProtocol {
-  abstract lsInfo(path: string): Promise<FileInfo[]>;
-  abstract readRaw(filePath: string): Promise<FileData>;
-  abstract write(filePath: string, content: string, options?: WriteOptions): Promise<WriteResult>;
-  abstract edit(filePath: string, oldString: string, newString: string, replaceAll?: boolean): Promise<EditResult>;
-  abstract delete(filePath: string): Promise<DeleteResult>;
-  abstract grep(pattern: string, path?: string | null, glob?: string | null, options?: GrepOptions): Promise<GrepResult>;
-  abstract globInfo(pattern: string, path?: string): Promise<FileInfo[]>;
-  abstract uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]>;
+/** A result's value, or its failure thrown as a StrataError: for code that calls the native API and lets `answer` catch. */
+export function unwrap<T extends object>(result: Result<T>): T {
+  if (result.error) throw new StrataError(result.error.code, result.error.message, result.error.path === undefined ? undefined : { path: result.error.path });
+  return result as T;
+}
 
-  async read(filePath: string, offset = 0, limit = DEFAULT_READ_LIMIT): Promise<string> {
-    try {
-      const path = normalizePath(filePath);
-      const data = await this.readRaw(path);
-      const text = fileDataText(data);
-      if (text === null) throw errors.binary(path, fileDataSize(data));
-      return formatRead(text, path, offset, limit);
-    } catch (error) {
-      return errorString(error);
-    }
+/** A window of a text file as a driver answers it: the lines (without endings) and the file's total. */
+export interface TextWindow {
+  lines: string[];
+  totalLines: number;
+}
+
+/** One upload or download as a driver answers it: the full error code, or null. */
+export interface UploadAnswer {
+  path: string;
+  error: ErrorCode | null;
+}
+export interface DownloadAnswer extends UploadAnswer {
+  content: Uint8Array | null;
+}
+
+/**
+ * The window [offset, offset+limit) of an in-memory text, and its total line
+ * count. Scans instead of splitting, so 100 lines of a large text are cheap.
+ */
+export function textWindow(text: string, path: string, offset: number, limit: number): TextWindow {
+  const lines: string[] = [];
+  const end = offset + limit;
+  const totalLines = forEachLine(text, (line, index) => {
+    if (index >= offset && index < end) lines.push(line);
+  });
+  checkOffset(offset, totalLines, path);
+  return { lines, totalLines };
+}
+
+/** An offset past the last line is an error; offset 0 of an empty file is not. */
+export function checkOffset(offset: number, totalLines: number, path: string): void {
+  if (offset > 0 && offset >= totalLines) {
+    throw new StrataError("invalid_argument", `Line offset ${offset} exceeds the length of '${printable(path)}' (${totalLines} lines)`, { path });
+  }
+}
+
+type Options = Record<string, unknown> & { signal?: AbortSignal };
+
+/**
+ * Every backend's native API, written once. A backend implements the `do…`
+ * driver methods, which may throw a StrataError; the public methods here check
+ * every argument (an agent's tool call is untrusted JSON), honour the abort
+ * signal, and turn whatever is thrown into `{ error: { code, message, path } }`.
+ * This is the only place where a throw becomes a result.
+ *
+ * Drivers without real directories inherit `doStat`, `doMkdir`, `doCopy` and
+ * `doMove` built from the others; engines that can do better override them.
+ */
+export abstract class BaseBackend implements Backend {
+  // ---- the driver: what each backend implements (paths as the caller gave them) ----
+  protected abstract doLs(path: string): Promise<FileInfo[]>;
+  protected abstract doReadRaw(path: string): Promise<FileData>;
+  protected abstract doWrite(path: string, content: string, overwrite: boolean): Promise<WriteResult>;
+  protected abstract doEdit(path: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult>;
+  protected abstract doDelete(path: string): Promise<DeleteResult>;
+  protected abstract doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult>;
+  protected abstract doGlob(pattern: string, path: string): Promise<FileInfo[]>;
+  protected abstract doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]>;
+
+  /** A window of a text file; throws `binary_file` for binary content. Backends with a faster path override it. */
+  protected async doRead(path: string, offset: number, limit: number): Promise<TextWindow> {
+    const data = await this.doReadRaw(path);
+    const text = fileDataText(data);
+    if (text === null) throw errors.binary(normalizePath(path), fileDataSize(data));
+    return textWindow(text, normalizePath(path), offset, limit);
   }
 
-  /** Downloads through `readRaw`, one file after another; backends with a batch channel override it. */
-  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    checkBatch(paths, "downloadFiles");
-    const responses: FileDownloadResponse[] = [];
-    for (const filePath of paths) {
+  /** Downloads through `doReadRaw`, one file after another; backends with a batch channel override it. */
+  protected async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
+    const answers: DownloadAnswer[] = [];
+    for (const path of paths) {
       try {
-        responses.push({ path: filePath, content: fileDataBytes(await this.readRaw(filePath)), error: null });
+        answers.push({ path, content: fileDataBytes(await this.doReadRaw(path)), error: null });
       } catch (error) {
-        responses.push({ path: filePath, content: null, error: toFileOperationError(failure(error, filePath).code) });
+        answers.push({ path, content: null, error: toErrorInfo(error, path).code });
       }
     }
-    return responses;
+    return answers;
   }
 
-  async grepRaw(pattern: string, path?: string | null, glob?: string | null, options?: GrepOptions): Promise<GrepMatch[] | string> {
+  /** From the parent's listing; backends with a real `stat` override it. */
+  protected async doStat(path: string): Promise<FileInfo> {
+    const target = normalizePath(path);
+    if (target === "/") return { path: "/", is_dir: true };
+    const entry = (await this.doLs(parentOf(target))).find((e) => e.path === target || e.path === `${target}/`);
+    if (!entry) throw errors.notFound(target);
+    return entry;
+  }
+
+  /**
+   * Without real directories a directory exists while something is under it,
+   * so mkdir checks the place is free and creates nothing. Backends with real
+   * directories override it.
+   */
+  protected async doMkdir(path: string, recursive: boolean): Promise<FilesUpdate> {
+    const target = normalizePath(path);
+    const existing = await this.statOrNull(target);
+    if (existing?.is_dir) {
+      if (recursive) return null;
+      throw new StrataError("already_exists", `Directory '${printable(target)}' already exists`, { path: target });
+    }
+    if (existing) throw errors.alreadyExists(target);
+    for (let dir = parentOf(target); dir !== "/"; dir = parentOf(dir)) {
+      const above = await this.statOrNull(dir);
+      if (above && !above.is_dir) throw errors.notADirectory(target);
+      if (!above && !recursive && dir === parentOf(target)) throw errors.notFound(dir);
+    }
+    return null;
+  }
+
+  /** A file or a tree copied file by file; on a failure the files already copied are removed again. */
+  protected async doCopy(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    const plan = await this.transferPlan(from, to, overwrite);
+    const update: Record<string, FileData | null> = {};
+    const done: string[] = [];
     try {
-      return (await this.grep(pattern, path, glob, options)).matches;
+      for (const [source, target] of plan) {
+        const data = await this.doReadRaw(source);
+        const text = fileDataText(data);
+        if (text !== null) {
+          const written = await this.doWrite(target, text, overwrite);
+          if (written.error !== undefined) throw new StrataError(written.code ?? "io_error", written.error, { path: target });
+          Object.assign(update, written.filesUpdate ?? {});
+        } else {
+          const [answer] = await this.doUpload([[target, fileDataBytes(data)]]);
+          if (answer?.error) throw new StrataError(answer.error, `Copying to '${printable(target)}' failed (${answer.error})`, { path: target });
+        }
+        done.push(target);
+      }
     } catch (error) {
-      return errorString(error);
+      for (const target of done) await this.doDelete(target).catch(() => undefined);
+      throw error;
+    }
+    return Object.keys(update).length > 0 ? update : null;
+  }
+
+  /** Copy, then delete the source; when the delete fails the copy is removed and the source stays. */
+  protected async doMove(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    const copied = await this.doCopy(from, to, overwrite);
+    const removed = await this.doDelete(from);
+    if (removed.error !== undefined) {
+      await this.doDelete(to).catch(() => undefined);
+      throw new StrataError(removed.code ?? "io_error", removed.error, { path: normalizePath(from) });
+    }
+    const update = { ...copied, ...removed.filesUpdate };
+    return Object.keys(update).length > 0 ? update : null;
+  }
+
+  /** Pairs of (source file, target file) for a copy or move, after every check that can be made up front. */
+  protected async transferPlan(from: string, to: string, overwrite: boolean): Promise<Array<[string, string]>> {
+    const source = normalizePath(from);
+    const target = normalizePath(to);
+    if (source === "/") throw errors.invalidArgument("Cannot move or copy '/'");
+    if (source === target || isWithin(source, target)) {
+      throw new StrataError("invalid_argument", `Cannot move or copy '${printable(source)}' into itself ('${printable(target)}')`, { path: target });
+    }
+    const info = await this.doStat(source);
+    const existing = await this.statOrNull(target);
+    if (!info.is_dir) {
+      if (existing?.is_dir) throw errors.isDirectory(target);
+      if (existing && !overwrite) throw errors.alreadyExists(target);
+      return [[source, target]];
+    }
+    if (existing && !existing.is_dir) throw errors.notADirectory(joinPath(target, "x"));
+    if (existing && !overwrite) throw errors.alreadyExists(target);
+    const files = await this.doGlob("**", source);
+    return files.map((f): [string, string] => [f.path, joinPath(target, relativeTo(source, f.path))]);
+  }
+
+  private async statOrNull(path: string): Promise<FileInfo | null> {
+    try {
+      return await this.doStat(path);
+    } catch (error) {
+      if (isStrataError(error, "file_not_found") || isStrataError(error, "not_a_directory")) return null;
+      throw error;
+    }
+  }
+
+  // ---- the native API ----
+
+  ls(path: unknown = "/", options?: unknown): Promise<Result<Listing>> {
+    return this.answer(path, options, true, async (p) => ({ entries: await this.doLs(p) }));
+  }
+
+  read(path: unknown, options?: unknown): Promise<Result<ReadContent>> {
+    return this.answer(path, options, true, async (p, o) => {
+      const { offset, limit } = readWindow(o.offset ?? 0, o.limit ?? DEFAULT_READ_LIMIT);
+      const shown = normalizePath(p);
+      try {
+        const { lines, totalLines } = await this.doRead(p, offset, limit);
+        const content = lines.join("\n");
+        return { path: shown, encoding: "utf-8", content, mimeType: mimeTypeOf(shown, true), totalLines, offset, lineCount: lines.length };
+      } catch (error) {
+        if (!isStrataError(error, "binary_file")) throw error;
+        const bytes = fileDataBytes(await this.doReadRaw(p));
+        return { path: shown, encoding: "binary", content: bytes, mimeType: mimeTypeOf(shown, false), size: bytes.length };
+      }
+    });
+  }
+
+  readRaw(path: unknown, options?: unknown): Promise<Result<{ path: string; data: FileData }>> {
+    return this.answer(path, options, true, async (p) => ({ path: normalizePath(p), data: await this.doReadRaw(p) }));
+  }
+
+  write(path: unknown, content: unknown, options?: unknown): Promise<Result<Changed>> {
+    return this.answer(path, options, false, async (p, o) => {
+      if (typeof content !== "string") throw errors.invalidArgument(`content must be a string, got ${typeName(content)}`);
+      return changed(await this.doWrite(p, content, flag(o, "overwrite")), p);
+    });
+  }
+
+  edit(path: unknown, oldString: unknown, newString: unknown, options?: unknown): Promise<Result<Edited>> {
+    return this.answer(path, options, false, async (p, o) => {
+      if (typeof oldString !== "string") throw errors.invalidArgument(`oldString must be a string, got ${typeName(oldString)}`);
+      if (typeof newString !== "string") throw errors.invalidArgument(`newString must be a string, got ${typeName(newString)}`);
+      const result = await this.doEdit(p, oldString, newString, flag(o, "replaceAll"));
+      return { ...changed(result, p), occurrences: result.occurrences ?? 0 };
+    });
+  }
+
+  delete(path: unknown, options?: unknown): Promise<Result<Changed>> {
+    return this.answer(path, options, false, async (p) => changed(await this.doDelete(p), p));
+  }
+
+  grep(pattern: unknown, options?: unknown): Promise<Result<GrepResult>> {
+    return this.answer("/", options, true, async (_, o) => {
+      if (typeof pattern !== "string") throw errors.invalidArgument(`pattern must be a string, got ${typeName(pattern)}`);
+      return this.doGrep(pattern, searchPath(o.path), optionalString(o, "glob"), maxCountOf(o.maxCount));
+    });
+  }
+
+  glob(pattern: unknown, options?: unknown): Promise<Result<Listing>> {
+    return this.answer("/", options, true, async (_, o) => {
+      if (typeof pattern !== "string") throw errors.invalidArgument(`pattern must be a string, got ${typeName(pattern)}`);
+      return { entries: await this.doGlob(pattern, searchPath(o.path) ?? "/") };
+    });
+  }
+
+  stat(path: unknown, options?: unknown): Promise<Result<FileInfo>> {
+    return this.answer(path, options, true, (p) => this.doStat(p));
+  }
+
+  mkdir(path: unknown, options?: unknown): Promise<Result<Changed>> {
+    return this.answer(path, options, false, async (p, o) => ({ path: normalizePath(p), filesUpdate: await this.doMkdir(p, flag(o, "recursive")) }));
+  }
+
+  move(from: unknown, to: unknown, options?: unknown): Promise<Result<Moved>> {
+    return this.answer(from, options, false, async (p, o) => {
+      const target = checkPath(to);
+      return { from: normalizePath(p), to: normalizePath(target), filesUpdate: await this.doMove(p, target, flag(o, "overwrite")) };
+    });
+  }
+
+  copy(from: unknown, to: unknown, options?: unknown): Promise<Result<Moved>> {
+    return this.answer(from, options, false, async (p, o) => {
+      const target = checkPath(to);
+      return { from: normalizePath(p), to: normalizePath(target), filesUpdate: await this.doCopy(p, target, flag(o, "overwrite")) };
+    });
+  }
+
+  uploadFiles(files: unknown, options?: unknown): Promise<Result<{ files: UploadItem[] }>> {
+    return this.answer("/", options, false, async () => {
+      checkBatch(files, "uploadFiles");
+      const items = files as unknown[];
+      const answers: (UploadItem | undefined)[] = items.map((item) => {
+        if (!Array.isArray(item) || typeof item[0] !== "string") return itemFailure(item, errors.invalidPath(pathOfItem(item), "an upload is a [path, bytes] pair with a string path"));
+        if (!(item[1] instanceof Uint8Array)) return itemFailure(item[0], errors.invalidArgument(`The content of '${printable(item[0])}' must be bytes (a Uint8Array)`));
+        return undefined;
+      });
+      const pending = items.flatMap((item, index) => (answers[index] ? [] : [{ index, item: item as readonly [string, Uint8Array] }]));
+      const done = pending.length > 0 ? await this.doUpload(pending.map(({ item }) => item)) : [];
+      pending.forEach(({ index, item }, i) => (answers[index] = uploadItem(item[0], done[i]?.error ?? "io_error")));
+      return { files: answers as UploadItem[] };
+    });
+  }
+
+  downloadFiles(paths: unknown, options?: unknown): Promise<Result<{ files: DownloadItem[] }>> {
+    return this.answer("/", options, true, async () => {
+      checkBatch(paths, "downloadFiles");
+      const items = paths as unknown[];
+      const answers: (DownloadItem | undefined)[] = items.map((path) =>
+        typeof path === "string" ? undefined : { ...itemFailure(path, errors.invalidPath(pathOfItem(path), "a path must be a string")), content: null },
+      );
+      const pending = items.flatMap((path, index) => (answers[index] ? [] : [{ index, path: path as string }]));
+      const done = pending.length > 0 ? await this.doDownload(pending.map(({ path }) => path)) : [];
+      pending.forEach(({ index, path }, i) => {
+        const answer = done[i];
+        answers[index] = { ...uploadItem(path, answer ? answer.error : "io_error"), content: answer?.error === null ? answer.content : null };
+      });
+      return { files: answers as DownloadItem[] };
+    });
+  }
+
+  /**
+   * Checks the path and the options object, honours the signal, runs the
+   * operation, and answers every throw as `{ error }`. A read-only operation
+   * stops waiting when the signal aborts; a change is refused only before it
+   * starts, so an `aborted` answer never hides a change that landed.
+   */
+  protected async answer<T extends object>(path: unknown, options: unknown, readOnly: boolean, run: (path: string, options: Options) => Promise<T>): Promise<Result<T>> {
+    const shown = typeof path === "string" ? path : undefined;
+    try {
+      const checked = checkOptions(options);
+      const target = checkPath(path);
+      const signal = checked.signal;
+      if (signal?.aborted) throw errors.aborted();
+      if (!signal || !readOnly) return (await run(target, checked)) as Result<T>;
+      return (await abortable(run(target, checked), signal)) as Result<T>;
+    } catch (error) {
+      return { error: toErrorInfo(error, shown === undefined ? undefined : safeNormalize(shown)) };
     }
   }
 }
+
+function abortable<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(errors.aborted());
+    signal.addEventListener("abort", onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+function changed(result: WriteResult | DeleteResult, path: string): Changed {
+  if (result.error !== undefined) throw new StrataError(result.code ?? "io_error", result.error, { path: safeNormalize(path) });
+  return { path: result.path ?? normalizePath(path), filesUpdate: result.filesUpdate ?? null };
+}
+
+function uploadItem(path: string, code: ErrorCode | null): UploadItem {
+  if (code === null) return { path, error: null, seedError: null };
+  const error = toErrorInfo(describeItemError(code, path), path);
+  return { path, error, seedError: toFileOperationError(code) };
+}
+
+function itemFailure(path: unknown, error: StrataError): UploadItem {
+  return { path: path as string, error: toErrorInfo(error), seedError: toFileOperationError(error.code) };
+}
+
+/** The message for a per-item code, worded like every other backend's. */
+function describeItemError(code: ErrorCode, path: string): StrataError {
+  switch (code) {
+    case "file_not_found":
+      return errors.notFound(path);
+    case "is_directory":
+      return errors.isDirectory(path);
+    case "not_a_directory":
+      return errors.notADirectory(path);
+    case "permission_denied":
+      return errors.permissionDenied(path);
+    case "invalid_path":
+      return errors.invalidPath(path, "the backend cannot address it");
+    default:
+      return new StrataError(code, `'${printable(path)}': ${code.replace(/_/g, " ")}`, { path });
+  }
+}
+
+function checkOptions(options: unknown): Options {
+  if (options === undefined || options === null) return {};
+  if (typeof options !== "object" || Array.isArray(options)) {
+    throw errors.invalidArgument(`options must be an object, got ${typeName(options)}`);
+  }
+  const signal = (options as Options).signal;
+  if (signal !== undefined && !(signal instanceof AbortSignal)) throw errors.invalidArgument("signal must be an AbortSignal");
+  return options as Options;
+}
+
+function checkPath(path: unknown): string {
+  if (typeof path !== "string") throw errors.invalidPath(path as string, `a path must be a string, got ${typeName(path)}`);
+  return path;
+}
+
+function searchPath(path: unknown): string | null {
+  if (path === undefined || path === null) return null;
+  return checkPath(path);
+}
+
+function flag(options: Options, name: string): boolean {
+  const value = options[name];
+  if (value === undefined) return false;
+  if (typeof value !== "boolean") throw errors.invalidArgument(`${name} must be true or false, got ${typeName(value)}`);
+  return value;
+}
+
+function optionalString(options: Options, name: string): string | null {
+  const value = options[name];
+  if (value === undefined || value === null) return null;
+  if (typeof value !== "string") throw errors.invalidArgument(`${name} must be a string, got ${typeName(value)}`);
+  return value;
+}
+
+function pathOfItem(item: unknown): string {
+  return (Array.isArray(item) ? item[0] : item) as string;
+}
+
+function safeNormalize(path: string): string | undefined {
+  try {
+    return normalizePath(path);
+  } catch {
+    return undefined;
+  }
+}
+
+function typeName(value: unknown): string {
+  if (value === null) return "null";
+  if (Array.isArray(value)) return "an array";
+  return typeof value === "number" ? `the number ${value}` : typeof value;
+}
+

@@ -23,17 +23,40 @@ export type ErrorCode =
   | "unavailable"
   | "unsupported"
   | "sandbox_closed"
+  | "aborted"
   | "io_error";
 
 export class StrataError extends Error {
   override readonly name = "StrataError";
+  /** The virtual path the failure is about, as a field: callers never parse it out of the message. */
+  readonly path?: string;
   constructor(
     readonly code: ErrorCode,
     message: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; path?: string },
   ) {
-    super(message, options);
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    if (options?.path !== undefined) this.path = options.path;
   }
+}
+
+/**
+ * The one failure shape of the native API: `{ error: ErrorInfo }`. A plain
+ * object (it survives JSON, a worker boundary, an MCP response).
+ */
+export interface ErrorInfo {
+  code: ErrorCode;
+  /** A sentence a person or a model can act on; it names the path too. */
+  message: string;
+  /** The virtual path the failure is about, when there is one. */
+  path?: string;
+}
+
+/** The error part of a failed result, from any thrown value (never a host detail). */
+export function toErrorInfo(error: unknown, path?: string): ErrorInfo {
+  const e = asStrataError(error, path ?? "/");
+  const where = e.path ?? path;
+  return where === undefined ? { code: e.code, message: e.message } : { code: e.code, message: e.message, path: where };
 }
 
 export function isStrataError(value: unknown, code?: ErrorCode): value is StrataError {
@@ -60,30 +83,38 @@ export function toFileOperationError(code: ErrorCode): FileOperationError {
 
 /** The one place error wording lives, so every backend says the same thing. */
 export const errors = {
-  invalidPath: (path: string, why: string) => new StrataError("invalid_path", `Invalid path '${printable(path)}': ${why}`),
-  notFound: (path: string) => new StrataError("file_not_found", `File '${printable(path)}' not found`),
-  isDirectory: (path: string) => new StrataError("is_directory", `'${printable(path)}' is a directory, not a file`),
+  invalidPath: (path: string, why: string) =>
+    new StrataError("invalid_path", `Invalid path '${printable(path)}': ${why}`, { path: pathField(path) }),
+  notFound: (path: string) => new StrataError("file_not_found", `File '${printable(path)}' not found`, { path }),
+  isDirectory: (path: string) => new StrataError("is_directory", `'${printable(path)}' is a directory, not a file`, { path }),
   notADirectory: (path: string) =>
-    new StrataError("not_a_directory", `A parent of '${printable(path)}' is a file, not a directory`),
+    new StrataError("not_a_directory", `A parent of '${printable(path)}' is a file, not a directory`, { path }),
   alreadyExists: (path: string) =>
     new StrataError(
       "already_exists",
       `File '${printable(path)}' already exists. Read it and use edit to change it, or write with overwrite to replace it`,
+      { path },
     ),
   binary: (path: string, size: number) =>
-    new StrataError("binary_file", `'${printable(path)}' is a binary file (${size} bytes); download it instead of reading it`),
-  permissionDenied: (path: string) => new StrataError("permission_denied", `Permission denied: '${printable(path)}'`),
+    new StrataError("binary_file", `'${printable(path)}' is a binary file (${size} bytes); download it instead of reading it`, { path }),
+  permissionDenied: (path: string) => new StrataError("permission_denied", `Permission denied: '${printable(path)}'`, { path }),
   tooLarge: (path: string, size: number, max: number) =>
-    new StrataError("too_large", `'${printable(path)}' is ${size} bytes, over the ${max}-byte limit`),
+    new StrataError("too_large", `'${printable(path)}' is ${size} bytes, over the ${max}-byte limit`, { path }),
   quotaExceeded: (path: string, why: string) =>
-    new StrataError("quota_exceeded", `Quota exceeded writing '${printable(path)}': ${why}. Delete files to make room`),
+    new StrataError("quota_exceeded", `Quota exceeded writing '${printable(path)}': ${why}. Delete files to make room`, { path }),
   conflict: (path: string, why: string) =>
-    new StrataError("conflict", `'${printable(path)}' changed while it was being edited (${why}); read it again and retry`),
+    new StrataError("conflict", `'${printable(path)}' changed while it was being edited (${why}); read it again and retry`, { path }),
   sandboxClosed: (what = "the sandbox") => new StrataError("sandbox_closed", `${what} is closed`),
   invalidArgument: (message: string) => new StrataError("invalid_argument", message),
+  aborted: (what = "The operation") => new StrataError("aborted", `${what} was aborted by its signal`),
   io: (path: string, cause?: unknown) =>
-    new StrataError("io_error", `I/O error on '${printable(path)}'`, cause === undefined ? undefined : { cause }),
+    new StrataError("io_error", `I/O error on '${printable(path)}'`, cause === undefined ? { path } : { cause, path }),
 };
+
+/** A hostile path (not a string, NUL, over-long) is kept out of the path field; the message still shows it escaped. */
+function pathField(path: unknown): string | undefined {
+  return typeof path === "string" && path.length <= 4096 && !path.includes("\0") ? path : undefined;
+}
 
 /** The error behind one of the four upload/download codes, worded like every other backend's. */
 export function fileOperationError(code: FileOperationError, path: string): StrataError {

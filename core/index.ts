@@ -13,5 +13,7 @@ export * from "./grep.js";
 export * from "./filedata.js";
 export * from "./tree.js";
 export * from "./base.js";
+export * from "./seed.js";
+export * from "./mime.js";
 export * from "./limits.js";
 export * from "./lock.js";

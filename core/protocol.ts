@@ -1,64 +1,85 @@
 import type {
-  DeleteResult,
-  EditResult,
+  Changed,
+  DownloadItem,
+  Edited,
+  EditOptions,
   ExecuteOptions,
   ExecuteResponse,
   FileData,
-  FileDownloadResponse,
   FileInfo,
-  FileUploadResponse,
-  GrepMatch,
   GrepOptions,
   GrepResult,
+  Listing,
+  MkdirOptions,
+  Moved,
+  OperationOptions,
+  ReadContent,
+  ReadOptions,
+  Result,
+  SearchOptions,
+  SpawnOptions,
+  SpawnedProcess,
+  TransferOptions,
+  UploadItem,
   WriteOptions,
-  WriteResult,
 } from "./types.js";
 
 /**
- * A place where files live: the seeds' BackendProtocol, asynchronous.
+ * A place where files live: the native API (docs/contract.md).
  *
- * Conventions shared by every implementation (see docs/contract.md):
- * - results with an `error` field (write, edit, delete, upload, download) never throw for bad input;
- * - `read` and `grepRaw` return an error string, as the seeds do;
- * - `readRaw`, `grep`, `lsInfo` and `globInfo` throw a `StrataError` with a code.
+ * Every operation answers a result object and never throws, not even for
+ * arguments of the wrong type: a failure is `{ error: { code, message, path? } }`.
+ * Paths are virtual, absolute and POSIX. The seeds' string-returning protocol
+ * is `toSeedProtocol(backend)`.
  */
-export interface BackendProtocol {
+export interface Backend {
   /** Non-recursive listing, sorted by path; directories end in `/`. A missing directory lists as empty. */
-  lsInfo(path: string): Promise<FileInfo[]>;
-  /** `cat -n` style text of lines [offset, offset+limit), or an `Error: …` string. */
-  read(filePath: string, offset?: number, limit?: number): Promise<string>;
-  /** The stored record (v2). Throws `file_not_found`, `is_directory`, `invalid_path`. */
-  readRaw(filePath: string): Promise<FileData>;
-  /** Creates a file; fails with `already_exists` unless `overwrite` is set. */
-  write(filePath: string, content: string, options?: WriteOptions): Promise<WriteResult>;
+  ls(path?: string, options?: OperationOptions): Promise<Result<Listing>>;
+  /** A window of a text file's lines (with the total), or a binary file's bytes. */
+  read(path: string, options?: ReadOptions): Promise<Result<ReadContent>>;
+  /** The stored record (FileData v2). */
+  readRaw(path: string, options?: OperationOptions): Promise<Result<{ path: string; data: FileData }>>;
+  /** Creates a file; `already_exists` unless `overwrite` is set. Parents are created as needed. */
+  write(path: string, content: string, options?: WriteOptions): Promise<Result<Changed>>;
   /** Replaces an exact string; more than one occurrence needs `replaceAll`. */
-  edit(filePath: string, oldString: string, newString: string, replaceAll?: boolean): Promise<EditResult>;
+  edit(path: string, oldString: string, newString: string, options?: EditOptions): Promise<Result<Edited>>;
   /** Removes a file, or a directory and everything under it. */
-  delete(filePath: string): Promise<DeleteResult>;
-  /** Literal search, structured: matches sorted by path then line, `truncated` when capped. */
-  grep(pattern: string, path?: string | null, glob?: string | null, options?: GrepOptions): Promise<GrepResult>;
-  /** The seeds' grep: matches, or an error string. */
-  grepRaw(pattern: string, path?: string | null, glob?: string | null, options?: GrepOptions): Promise<GrepMatch[] | string>;
-  /** Files (not directories) under `path` matching the glob, sorted by path. */
-  globInfo(pattern: string, path?: string): Promise<FileInfo[]>;
-  /** Writes bytes (overwriting); one response per input, in input order. */
-  uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]>;
-  /** Reads bytes; one response per input, in input order. */
-  downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]>;
+  delete(path: string, options?: OperationOptions): Promise<Result<Changed>>;
+  /** Literal search: matches sorted by path then line, `truncated` when `maxCount` cut them. */
+  grep(pattern: string, options?: GrepOptions): Promise<Result<GrepResult>>;
+  /** Files (not directories) under `options.path` matching the glob, sorted by path. */
+  glob(pattern: string, options?: SearchOptions): Promise<Result<Listing>>;
+  /** What is at a path: a file (size, modification time) or a directory (path ending in `/`). */
+  stat(path: string, options?: OperationOptions): Promise<Result<FileInfo>>;
+  /** Creates a directory (and its parents with `recursive`). */
+  mkdir(path: string, options?: MkdirOptions): Promise<Result<Changed>>;
+  /** Moves a file or a directory tree: all of it or, on failure, none of it. */
+  move(from: string, to: string, options?: TransferOptions): Promise<Result<Moved>>;
+  /** Copies a file or a directory tree: all of it or, on failure, none of it. */
+  copy(from: string, to: string, options?: TransferOptions): Promise<Result<Moved>>;
+  /** Writes bytes (overwriting); one item per input, in input order. */
+  uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>, options?: OperationOptions): Promise<Result<{ files: UploadItem[] }>>;
+  /** Reads bytes; one item per input, in input order. */
+  downloadFiles(paths: readonly string[], options?: OperationOptions): Promise<Result<{ files: DownloadItem[] }>>;
 }
 
-/** A backend that can also run commands: the seeds' SandboxBackendProtocol. */
-export interface SandboxBackendProtocol extends BackendProtocol {
+/** A backend that also runs commands, in the same path space as its files. */
+export interface Sandbox extends Backend {
   readonly id: string;
-  execute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse>;
+  /** Runs a shell command to completion: combined output, exit code (124 on timeout), `truncated`. */
+  execute(command: string, options?: ExecuteOptions): Promise<Result<ExecuteResponse>>;
+  /** Starts a command and hands back its streams: write stdin, read stdout and stderr as they come, `wait`, `kill`. */
+  spawn(command: string, options?: SpawnOptions): Promise<Result<SpawnedProcess>>;
+  /** Stops what runs and releases the sandbox; afterwards every operation answers `sandbox_closed`. */
+  close(): Promise<void>;
 }
 
-export function isSandboxBackend(backend: unknown): backend is SandboxBackendProtocol {
+export function isSandbox(backend: unknown): backend is Sandbox {
   return (
     typeof backend === "object" &&
     backend !== null &&
-    typeof (backend as SandboxBackendProtocol).execute === "function" &&
-    typeof (backend as SandboxBackendProtocol).id === "string"
+    typeof (backend as Sandbox).execute === "function" &&
+    typeof (backend as Sandbox).id === "string"
   );
 }
 
@@ -86,11 +107,11 @@ export class BackendRuntime<State extends Record<string, unknown> = Record<strin
 }
 
 /** Builds a backend from the runtime of the current call (per user, per thread, …). */
-export type BackendFactory<B extends BackendProtocol = BackendProtocol> = (runtime: BackendRuntime) => B;
+export type BackendFactory<B extends Backend = Backend> = (runtime: BackendRuntime) => B;
 
-/** The seeds' BACKEND_TYPES: a ready backend or a factory for one. */
-export type BackendSpec<B extends BackendProtocol = BackendProtocol> = B | BackendFactory<B>;
+/** A ready backend or a factory for one (the seeds' BACKEND_TYPES). */
+export type BackendSpec<B extends Backend = Backend> = B | BackendFactory<B>;
 
-export function resolveBackend<B extends BackendProtocol>(spec: BackendSpec<B>, runtime: BackendRuntime): B {
+export function resolveBackend<B extends Backend>(spec: BackendSpec<B>, runtime: BackendRuntime): B {
   return typeof spec === "function" ? spec(runtime) : spec;
 }

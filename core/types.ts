@@ -3,9 +3,9 @@
  * so values move between the two unchanged: snake_case inside records,
  * camelCase on result objects.
  */
-import type { ErrorCode, FileOperationError } from "./errors.js";
+import type { ErrorCode, ErrorInfo, FileOperationError } from "./errors.js";
 
-export type { ErrorCode, FileOperationError };
+export type { ErrorCode, ErrorInfo, FileOperationError };
 
 /** One entry of a listing. Directories end in `/` and have `is_dir: true`. */
 export interface FileInfo {
@@ -93,11 +93,7 @@ export interface FileDownloadResponse {
 export interface WriteOptions {
   /** Replace an existing file instead of failing with `already_exists`. */
   overwrite?: boolean;
-}
-
-export interface GrepOptions {
-  /** Stop after this many matches in total and mark the result truncated. */
-  maxCount?: number;
+  signal?: AbortSignal;
 }
 
 export interface ExecuteOptions {
@@ -106,11 +102,141 @@ export interface ExecuteOptions {
   env?: Record<string, string>;
   /** Working directory, a virtual path inside the workspace. */
   cwd?: string;
-  /** Bytes or text fed to the command's standard input. */
-  stdin?: string | Uint8Array;
+  /** Bytes or text fed to the command's standard input, or a stream it reads as it is written. */
+  stdin?: string | Uint8Array | ReadableStream<Uint8Array>;
   /** Receives output chunks as they arrive, for long commands. */
   onOutput?: (chunk: string) => void;
+  /** Receives raw output bytes per stream as they arrive (before any cap). */
+  onData?: (chunk: Uint8Array, stream: "stdout" | "stderr") => void;
   signal?: AbortSignal;
   /** Bytes of output kept before `truncated` is set (the head is kept); default is the sandbox's own limit. */
   maxOutputBytes?: number;
+}
+
+// ---- The native API's results -------------------------------------------------
+
+/** A failed operation: the one failure shape of the native API. */
+export interface Failure {
+  error: ErrorInfo;
+}
+
+/** What every native operation answers: its value, or `{ error }`. Narrow with `if (result.error)`. */
+export type Result<T extends object> = (T & { error?: undefined }) | Failure;
+
+/** Options every native operation takes. */
+export interface OperationOptions {
+  /** Aborting answers `aborted`. A read stops waiting at once; a change is only refused before it starts. */
+  signal?: AbortSignal;
+}
+
+export interface ReadOptions extends OperationOptions {
+  /** 0-based first line. */
+  offset?: number;
+  /** Lines to return; default 2000. */
+  limit?: number;
+}
+
+/** A window of a text file. `content` holds the window's lines, each without its line ending, joined by `\n`. */
+export interface TextContent {
+  path: string;
+  encoding: "utf-8";
+  content: string;
+  mimeType: string;
+  /** Lines in the whole file. */
+  totalLines: number;
+  /** The window: its first line (0-based) and how many lines it holds. */
+  offset: number;
+  lineCount: number;
+}
+
+/** A binary file (NUL or invalid UTF-8), whole. */
+export interface BinaryContent {
+  path: string;
+  encoding: "binary";
+  content: Uint8Array;
+  mimeType: string;
+  size: number;
+}
+
+export type ReadContent = TextContent | BinaryContent;
+
+export interface EditOptions extends OperationOptions {
+  /** Replace every occurrence; without it, more than one occurrence is `ambiguous_match`. */
+  replaceAll?: boolean;
+}
+
+export interface SearchOptions extends OperationOptions {
+  /** The directory (or file) searched; default `/`. */
+  path?: string | null;
+}
+
+export interface GrepOptions extends SearchOptions {
+  /** Only files matching this glob (the same dialect as `glob`). */
+  glob?: string | null;
+  /** Stop after this many matches in total and mark the result truncated. */
+  maxCount?: number;
+}
+
+export interface MkdirOptions extends OperationOptions {
+  /** Create missing parents too, and succeed when the directory exists (`mkdir -p`). */
+  recursive?: boolean;
+}
+
+export interface TransferOptions extends OperationOptions {
+  /** Replace an existing file at the destination. */
+  overwrite?: boolean;
+}
+
+/** Changes that a state-held backend reports for its agent runtime's checkpoint; null elsewhere. */
+export type FilesUpdate = Record<string, FileData | null> | null;
+
+export interface Changed {
+  path: string;
+  filesUpdate: FilesUpdate;
+}
+
+export interface Edited extends Changed {
+  occurrences: number;
+}
+
+export interface Moved {
+  from: string;
+  to: string;
+  filesUpdate: FilesUpdate;
+}
+
+export interface Listing {
+  entries: FileInfo[];
+}
+
+/** One upload's answer: `error` carries the full code; `seedError` the seeds' four-code form of it. */
+export interface UploadItem {
+  path: string;
+  error: ErrorInfo | null;
+  seedError: FileOperationError | null;
+}
+
+export interface DownloadItem extends UploadItem {
+  content: Uint8Array | null;
+}
+
+export interface SpawnOptions {
+  /** Seconds before the whole process group is killed (exit code 124). */
+  timeout?: number;
+  env?: Record<string, string>;
+  /** Working directory, a path in the sandbox's path space. */
+  cwd?: string;
+  signal?: AbortSignal;
+}
+
+/** A command started by `spawn`: its streams, and its end. */
+export interface SpawnedProcess {
+  /** Standard input; close it to send end-of-file. */
+  readonly stdin: WritableStream<Uint8Array>;
+  readonly stdout: ReadableStream<Uint8Array>;
+  readonly stderr: ReadableStream<Uint8Array>;
+  /** Settles when the command ends: its exit code (124 on timeout, null when killed by a signal). */
+  wait(): Promise<Result<{ exitCode: number | null }>>;
+  /** Kills the whole process group; `wait` then answers. */
+  kill(): Promise<void>;
 }

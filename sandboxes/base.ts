@@ -15,22 +15,26 @@
  *   `applyEdit`, `compileGlob`, `grepText`, …): the shell only moves bytes.
  */
 import { createHash } from "node:crypto";
-import { BaseBackend, checkBatch, failure } from "../core/base.js";
+import { BaseBackend, checkBatch, checkOffset, failure, textWindow, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
-import { type ErrorCode, StrataError, asStrataError, errors, isStrataError, printable, toFileOperationError } from "../core/errors.js";
+import { type ErrorCode, StrataError, asStrataError, errors, isStrataError, printable, toErrorInfo } from "../core/errors.js";
 import { decodeText, fileDataFromBytes, fileDataSize, fileDataText } from "../core/filedata.js";
 import { DEFAULT_READ_LIMIT, errorString, formatRead, renderWindow, splitLines, validateReadWindow } from "../core/format.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { type Quota, type Usage, byteCount, checkQuota, timeoutSeconds, validateQuota } from "../core/limits.js";
 import { baseName, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
-import type { SandboxBackendProtocol } from "../core/protocol.js";
+import type { Sandbox } from "../core/protocol.js";
+import { checkSpawn, spawnFromExecute } from "./spawn.js";
 import type {
   DeleteResult,
   EditResult,
   ExecuteOptions,
   ExecuteResponse,
   FileDataV2,
+  Result,
+  SpawnOptions,
+  SpawnedProcess,
   FileDownloadResponse,
   FileInfo,
   FileUploadResponse,
@@ -117,9 +121,10 @@ function checkExecute(command: unknown, options: unknown): ExecuteOptions {
       }
     }
   }
-  if (checked.stdin !== undefined && typeof checked.stdin !== "string" && !(checked.stdin instanceof Uint8Array)) {
-    throw errors.invalidArgument("stdin must be a string or bytes");
+  if (checked.stdin !== undefined && typeof checked.stdin !== "string" && !(checked.stdin instanceof Uint8Array) && !(checked.stdin instanceof ReadableStream)) {
+    throw errors.invalidArgument("stdin must be a string, bytes or a ReadableStream of bytes");
   }
+  if (checked.onData !== undefined && typeof checked.onData !== "function") throw errors.invalidArgument("onData must be a function");
   if (checked.signal !== undefined && !(checked.signal instanceof AbortSignal)) throw errors.invalidArgument("signal must be an AbortSignal");
   if (checked.onOutput !== undefined && typeof checked.onOutput !== "function") throw errors.invalidArgument("onOutput must be a function");
   return checked;
@@ -151,13 +156,15 @@ export class OutputCollector {
   constructor(
     readonly maxBytes: number = DEFAULT_MAX_OUTPUT_BYTES,
     private readonly onOutput?: (chunk: string) => void,
+    private readonly onData?: (chunk: Uint8Array, stream: "stdout" | "stderr") => void,
   ) {}
 
   get truncated(): boolean {
     return this.totalBytes > this.kept;
   }
 
-  push(chunk: Uint8Array, source = "stdout"): void {
+  push(chunk: Uint8Array, source: "stdout" | "stderr" = "stdout"): void {
+    this.onData?.(chunk, source);
     this.totalBytes += chunk.length;
     const room = this.maxBytes - this.kept;
     if (room <= 0) return;
@@ -185,7 +192,7 @@ export class OutputCollector {
 
 /** Output of `executeStream`: iterate for chunks as they arrive; `result` is the whole response. */
 export interface ExecuteStream extends AsyncIterable<string> {
-  readonly result: Promise<ExecuteResponse>;
+  readonly result: Promise<Result<ExecuteResponse>>;
 }
 
 /**
@@ -193,14 +200,14 @@ export interface ExecuteStream extends AsyncIterable<string> {
  * shell. Subclasses implement `execute`, `uploadFiles` and `downloadFiles`
  * (virtual paths), and may override `close` (call `super.close()` first).
  */
-export abstract class BaseSandbox extends BaseBackend implements SandboxBackendProtocol {
+export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   abstract readonly id: string;
   /** Absolute path of the workspace inside the sandbox; virtual "/" maps here. Commands run here by default. */
   abstract readonly workspace: string;
-  /** Runs `command` with `/bin/sh -c` in the workspace (or `options.cwd`, a virtual path). */
-  abstract execute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse>;
-  abstract override uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]>;
-  abstract override downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]>;
+  /** Runs `command` with `/bin/sh -c` in the workspace (or `options.cwd`, a virtual path); may throw a StrataError. */
+  protected abstract doExecute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse>;
+  protected abstract override doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]>;
+  protected abstract override doDownload(paths: readonly string[]): Promise<DownloadAnswer[]>;
 
   /** Seconds a derived file operation may run before it is killed. */
   protected fileOperationTimeout = 300;
@@ -281,15 +288,34 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
    * constructor body, keeps TypeScript's abstract-member rule satisfied.)
    */
   private guardEntryPoints(): void {
-    const execute = this.execute;
-    const upload = this.uploadFiles;
-    const download = this.downloadFiles;
-    this.execute = (command, options) => this.guardedExecute(execute, command, options);
-    this.uploadFiles = (files) => this.guardedUpload(upload, files);
-    this.downloadFiles = (paths) => this.guardedDownload(download, paths);
+    const execute = this.doExecute;
+    const upload = this.doUpload;
+    const download = this.doDownload;
+    this.doExecute = (command, options) => this.guardedExecute(execute, command, options);
+    this.doUpload = (files) => this.guardedUpload(upload, files);
+    this.doDownload = (paths) => this.guardedDownload(download, paths);
   }
 
-  private async guardedExecute(inner: BaseSandbox["execute"], command: unknown, options: unknown): Promise<ExecuteResponse> {
+  /** The native `execute`: a bare number where the options belong is `invalid_argument` (`toSeedProtocol` takes the seeds' `execute(cmd, timeout)`). */
+  async execute(command: string, options?: ExecuteOptions): Promise<Result<ExecuteResponse>> {
+    try {
+      return await this.doExecute(command, options);
+    } catch (error) {
+      return { error: toErrorInfo(this.closedIfClosing(error)) };
+    }
+  }
+
+  /** Starts a command with live streams; see `SpawnedProcess`. */
+  async spawn(command: string, options: SpawnOptions = {}): Promise<Result<SpawnedProcess>> {
+    try {
+      const checked = checkSpawn(options);
+      return spawnFromExecute((run) => this.doExecute(command, { ...checked, ...run }), checked.signal);
+    } catch (error) {
+      return { error: toErrorInfo(error) };
+    }
+  }
+
+  private async guardedExecute(inner: BaseSandbox["doExecute"], command: unknown, options: unknown): Promise<ExecuteResponse> {
     const checked = checkExecute(command, options);
     if (this.isClosed) throw this.closedSandboxError();
     const own = typeof options === "object" && options !== null && this.ownScripts.has(options);
@@ -308,18 +334,17 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
     }
   }
 
-  private async guardedUpload(inner: BaseSandbox["uploadFiles"], files: unknown): Promise<FileUploadResponse[]> {
-    checkBatch(files, "uploadFiles");
+  private async guardedUpload(inner: BaseSandbox["doUpload"], files: unknown): Promise<UploadAnswer[]> {
     const items = files as unknown[];
     // Paths are echoed as given, never String()ed: an agent's JSON object can carry a `toString` that is not a function.
-    const responses: FileUploadResponse[] = items.map((item) => ({ path: (Array.isArray(item) ? item[0] : item) as string, error: null }));
+    const responses: UploadAnswer[] = items.map((item) => ({ path: (Array.isArray(item) ? item[0] : item) as string, error: null }));
     const pending: { index: number; item: readonly [string, Uint8Array] }[] = [];
     items.forEach((item, index) => {
       if (!Array.isArray(item) || typeof item[0] !== "string") responses[index]!.error = "invalid_path";
       else pending.push({ index, item: item as unknown as readonly [string, Uint8Array] });
     });
     if (this.isClosed) {
-      for (const { index } of pending) responses[index]!.error = toFileOperationError("sandbox_closed");
+      for (const { index } of pending) responses[index]!.error = "sandbox_closed";
       return responses;
     }
     try {
@@ -332,7 +357,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
           try {
             checkQuota(this.quota, usage, delta, path);
           } catch (error) {
-            responses[index]!.error = toFileOperationError(asStrataError(error, path).code);
+            responses[index]!.error = (asStrataError(error, path).code);
             return false;
           }
           usage.bytes += delta.bytes;
@@ -342,10 +367,10 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
       }
       if (accepted.length > 0) {
         const answers = await inner.call(this, accepted.map(({ item }) => item));
-        accepted.forEach(({ index }, i) => (responses[index]!.error = answers[i] ? answers[i].error : "permission_denied"));
+        accepted.forEach(({ index }, i) => (responses[index]!.error = answers[i] ? answers[i].error : "io_error"));
       }
     } catch (error) {
-      const code = toFileOperationError(asStrataError(this.closedIfClosing(error), "/").code);
+      const code = (asStrataError(this.closedIfClosing(error), "/").code);
       for (const { index } of pending) responses[index]!.error ??= code;
     } finally {
       this.usage = undefined;
@@ -353,17 +378,16 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
     return responses;
   }
 
-  private async guardedDownload(inner: BaseSandbox["downloadFiles"], paths: unknown): Promise<FileDownloadResponse[]> {
-    checkBatch(paths, "downloadFiles");
+  private async guardedDownload(inner: BaseSandbox["doDownload"], paths: unknown): Promise<DownloadAnswer[]> {
     const items = paths as unknown[];
-    const responses: FileDownloadResponse[] = items.map((path) => ({ path: path as string, content: null, error: null }));
+    const responses: DownloadAnswer[] = items.map((path) => ({ path: path as string, content: null, error: null }));
     const pending: { index: number; path: string }[] = [];
     items.forEach((path, index) => {
       if (typeof path !== "string") responses[index]!.error = "invalid_path";
       else pending.push({ index, path });
     });
     if (this.isClosed) {
-      for (const { index } of pending) responses[index]!.error = toFileOperationError("sandbox_closed");
+      for (const { index } of pending) responses[index]!.error = "sandbox_closed";
       return responses;
     }
     try {
@@ -371,10 +395,10 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
       pending.forEach(({ index }, i) => {
         const answer = answers[i];
         responses[index]!.content = answer?.content ?? null;
-        responses[index]!.error = answer ? answer.error : "permission_denied";
+        responses[index]!.error = answer ? answer.error : "io_error";
       });
     } catch (error) {
-      const code = toFileOperationError(asStrataError(this.closedIfClosing(error), "/").code);
+      const code = (asStrataError(this.closedIfClosing(error), "/").code);
       for (const { index } of pending) {
         responses[index]!.content = null;
         responses[index]!.error = code;
@@ -437,17 +461,14 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
       done = true;
       wake?.();
     };
-    result.then(settle, settle); // Also marks a rejection handled; `result` still rejects for whoever awaits it.
+    void result.then(settle);
     return {
       result,
       async *[Symbol.asyncIterator]() {
         try {
           for (;;) {
             while (chunks.length > 0) yield chunks.shift()!;
-            if (done) {
-              await result;
-              return;
-            }
+            if (done) return;
             await new Promise<void>((resolve) => (wake = resolve));
             wake = undefined;
           }
@@ -496,7 +517,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
     else await new Promise<void>((resolve) => this.scriptQueue.push(resolve)); // The slot is handed over by the script that ends.
     let response: ExecuteResponse;
     try {
-      response = await this.execute(script, run);
+      response = await this.doExecute(script, run);
     } finally {
       const next = this.scriptQueue.shift();
       if (next) next();
@@ -524,9 +545,9 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
    * is one round trip (more only past ~64 MiB or very many long paths).
    * Paths resolve inside the sandbox, so a symlink there cannot reach the host.
    */
-  protected async uploadThroughShell(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+  protected async uploadThroughShell(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     this.assertOpen();
-    const responses: FileUploadResponse[] = files.map(([path]) => ({ path, error: null }));
+    const responses: UploadAnswer[] = files.map(([path]) => ({ path, error: null }));
     const pending: { index: number; path: string; bytes: Uint8Array }[] = [];
     files.forEach(([filePath, bytes], index) => {
       try {
@@ -536,7 +557,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
         responses[index] = { path, error: null };
         pending.push({ index, path, bytes });
       } catch (error) {
-        responses[index] = { path: filePath, error: toFileOperationError(failure(error, filePath).code) };
+        responses[index] = { path: filePath, error: failure(error, filePath).code };
       }
     });
     for (const batch of batches(pending, (item) => item.bytes.length, (item) => item.path.length)) {
@@ -561,22 +582,22 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
       }
       batch.forEach((item, i) => {
         const code = codes[i]!;
-        responses[item.index] = { path: item.path, error: code === null ? null : toFileOperationError(code) };
+        responses[item.index] = { path: item.path, error: code === null ? null : (code) };
       });
     }
     return responses;
   }
 
   /** Downloads through the shell as base64: one round trip per ~64 MiB of content. */
-  protected async downloadThroughShell(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+  protected async downloadThroughShell(paths: readonly string[]): Promise<DownloadAnswer[]> {
     this.assertOpen();
-    const responses: FileDownloadResponse[] = paths.map((path) => ({ path, content: null, error: null }));
+    const responses: DownloadAnswer[] = paths.map((path) => ({ path, content: null, error: null }));
     let pending: { index: number; path: string }[] = [];
     paths.forEach((filePath, index) => {
       try {
         pending.push({ index, path: normalizePath(filePath) });
       } catch (error) {
-        responses[index]!.error = toFileOperationError(failure(error, filePath).code);
+        responses[index]!.error = failure(error, filePath).code;
       }
     });
     while (pending.length > 0) {
@@ -587,7 +608,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
         try {
           payload = (await this.runScript(batch[0]!.path, `${GET_FN}\necho ok\n${calls.join("\n")}`)).payload;
         } catch (error) {
-          for (const item of batch) responses[item.index]!.error = toFileOperationError(failure(error, item.path).code);
+          for (const item of batch) responses[item.index]!.error = failure(error, item.path).code;
           continue;
         }
         let at = 0;
@@ -599,7 +620,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
           const [status = "failed", ...fields] = record.slice(0, newline).split(" ");
           if (status === "ok") responses[item.index]!.content = fromBase64(record.slice(newline + 1));
           else if (status === "later") later.push(item);
-          else responses[item.index]!.error = toFileOperationError(statusError(status, item.path, fields)?.code ?? "io_error");
+          else responses[item.index]!.error = (statusError(status, item.path, fields)?.code ?? "io_error");
         }
       }
       pending = later;
@@ -607,7 +628,7 @@ export abstract class BaseSandbox extends BaseBackend implements SandboxBackendP
     return responses;
   }
 
-  async lsInfo(dirPath: string): Promise<FileInfo[]> {
+  protected async doLs(dirPath: string): Promise<FileInfo[]> {
     this.assertOpen();
     const dir = normalizePath(dirPath);
     const { status, payload } = await this.runScript(
@@ -639,11 +660,10 @@ fi`,
     return sortByPath(entries);
   }
 
-  override async read(filePath: string, offsetArg: unknown = 0, limitArg: unknown = DEFAULT_READ_LIMIT): Promise<string> {
-    try {
+  protected override async doRead(filePath: string, offset: number, limit: number): Promise<TextWindow> {
+    {
       this.assertOpen();
       const path = normalizePath(filePath);
-      const { offset, limit } = validateReadWindow(offsetArg, limitArg);
       // limit is clamped to 2^53-1 and offset is at most that, so the sum stays exact and prints without an exponent.
       const last = Math.min(offset + limit, Number.MAX_SAFE_INTEGER);
       const { status, fields, payload } = await this.runScript(
@@ -663,19 +683,19 @@ sed -n '${int(offset + 1)},${int(last)}p;${int(last)}q' < "$P" | head -c ${MAX_W
       if (status === "whole") {
         const text = decodeText(bytes);
         if (text === null) throw errors.binary(path, size);
-        return formatRead(text, path, offset, limit);
+        return textWindow(text, path, offset, limit);
       }
       // A big file: the shell sent the window, the line count and the size without NUL bytes.
       if (bytes.length > MAX_WINDOW_BYTES) throw errors.tooLarge(path, bytes.length, MAX_WINDOW_BYTES);
       const text = decodeText(bytes);
       if (text === null || Number(fields[2]) !== size) throw errors.binary(path, size);
-      return renderWindow(splitLines(text), offset, Number(fields[1]), path);
-    } catch (error) {
-      return errorString(error);
+      const totalLines = Number(fields[1]);
+      checkOffset(offset, totalLines, path);
+      return { lines: splitLines(text), totalLines };
     }
   }
 
-  async readRaw(filePath: string): Promise<FileDataV2> {
+  protected async doReadRaw(filePath: string): Promise<FileDataV2> {
     this.assertOpen();
     const path = normalizePath(filePath);
     return (await this.fetchFile(path)).data;
@@ -715,14 +735,14 @@ base64 < "$P"`,
     return { data, checksum };
   }
 
-  async write(filePath: string, content: string, options: WriteOptions = {}): Promise<WriteResult> {
+  protected async doWrite(filePath: string, content: string, overwrite: boolean): Promise<WriteResult> {
     let path = filePath;
     try {
       this.assertOpen();
       path = normalizePath(filePath);
       if (typeof content !== "string") throw errors.invalidArgument("content must be a string");
       if (path === "/") throw errors.isDirectory(path);
-      await this.putText(path, content, options.overwrite ? "replace" : "create");
+      await this.putText(path, content, overwrite ? "replace" : "create");
       return { path, filesUpdate: null };
     } catch (error) {
       return failure(error, path);
@@ -761,7 +781,7 @@ ${WRITE_FROM_STDIN(tempName(), mode)}`,
    * replacement done by the shell, which cannot match applyEdit's CRLF and
    * UTF-8 rules with POSIX tools alone.
    */
-  async edit(filePath: string, oldString: string, newString: string, replaceAll = false): Promise<EditResult> {
+  protected async doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
     let path = filePath;
     try {
       this.assertOpen();
@@ -785,7 +805,7 @@ ${WRITE_FROM_STDIN(tempName(), mode)}`,
     }
   }
 
-  async delete(filePath: string): Promise<DeleteResult> {
+  protected async doDelete(filePath: string): Promise<DeleteResult> {
     let path = filePath;
     try {
       this.assertOpen();
@@ -826,21 +846,21 @@ fi`,
    * files as `grep -n` lines after a NUL check. The glob filter, sorting and
    * the cap are core's, applied here.
    */
-  async grep(pattern: string, path?: string | null, glob?: string | null, options: GrepOptions = {}): Promise<GrepResult> {
+  protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     // A file replaced between the shell's size count and its read is a torn batch: search again (a writer's rename is quick).
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.grepOnce(pattern, path, glob, options);
+        return await this.grepOnce(pattern, path, glob, maxCount);
       } catch (error) {
         if (!isStrataError(error, "conflict") || attempt >= 3) throw error;
       }
     }
   }
 
-  private async grepOnce(pattern: string, path: string | null | undefined, glob: string | null | undefined, options: GrepOptions): Promise<GrepResult> {
+  private async grepOnce(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     this.assertOpen();
     validateGrepPattern(pattern);
-    validateMaxCount(options.maxCount);
+    validateMaxCount(maxCount);
     const root = searchRoot(path);
     const matcher = glob ? compileGlob(glob, root) : undefined;
     // A pattern with NUL can only match binary files, which grep skips.
@@ -905,10 +925,10 @@ find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -
         throw new StrataError("io_error", `The sandbox sent a malformed grep result for '${root}'`);
       }
     }
-    return capMatches(sortMatches(matches), options.maxCount);
+    return capMatches(sortMatches(matches), maxCount);
   }
 
-  async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
     this.assertOpen();
     const matcher = compileGlob(pattern, searchRoot(path));
     const { payload } = await this.runScript(

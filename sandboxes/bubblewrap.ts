@@ -26,9 +26,10 @@ import { existsSync, lstatSync, mkdtempSync, realpathSync, rmSync, statSync, cho
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { randomBytes } from "node:crypto";
-import { StrataError, errors, isStrataError, toFileOperationError } from "../core/errors.js";
+import { StrataError, errors, isStrataError } from "../core/errors.js";
+import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
 import { normalizePath } from "../core/paths.js";
-import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileUploadResponse } from "../core/types.js";
+import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { FilesystemBackend } from "../backends/filesystem.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
 import { checkTimeout, runProcess } from "./process.js";
@@ -199,7 +200,7 @@ export class BubblewrapSandbox extends BaseSandbox {
   }
   private settled: Setup | undefined;
 
-  async execute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
+  protected async doExecute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     this.assertOpen();
     checkCommand(command, options.env);
     checkTimeout(options.timeout);
@@ -242,7 +243,7 @@ export class BubblewrapSandbox extends BaseSandbox {
    * As root, what an upload creates is then handed to the sandbox user, so
    * commands can change it.
    */
-  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+  protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     this.assertOpen();
     const responses = await this.uploadUnderLocks(files);
     const user = this.sandboxUser;
@@ -275,7 +276,7 @@ export class BubblewrapSandbox extends BaseSandbox {
    * derived operations between two implementations.) Uploads of one path
    * run one after another, in input order; up to 8 paths at once.
    */
-  private async uploadUnderLocks(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+  private async uploadUnderLocks(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     const turns = new Map<string, Promise<unknown>>();
     let running = 0;
     const waiting: (() => void)[] = [];
@@ -296,14 +297,18 @@ export class BubblewrapSandbox extends BaseSandbox {
         } catch {
           path = undefined; // FilesystemBackend answers it (invalid_path).
         }
-        const one = async (): Promise<FileUploadResponse> => {
-          const upload = async () => (await this.hostFiles.uploadFiles([item]))[0]!;
+        const one = async (): Promise<UploadAnswer> => {
+          const upload = async (): Promise<UploadAnswer> => {
+            const result = await this.hostFiles.uploadFiles([item]);
+            const answer = result.error ? { error: result.error } : result.files[0]!;
+            return { path: item[0], error: answer.error?.code ?? null };
+          };
           if (path === undefined || path === "/") return upload();
           await slot();
           try {
             return await withLockDirectory(this.hostWorkspace, lockName(path), upload);
           } catch (error) {
-            return { path: item[0], error: toFileOperationError(isStrataError(error) ? error.code : "permission_denied") };
+            return { path: item[0], error: isStrataError(error) ? error.code : "io_error" };
           } finally {
             release();
           }
@@ -316,9 +321,11 @@ export class BubblewrapSandbox extends BaseSandbox {
     );
   }
 
-  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+  protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
     this.assertOpen();
-    return this.hostFiles.downloadFiles(paths);
+    const result = await this.hostFiles.downloadFiles(paths);
+    if (result.error) return paths.map((path) => ({ path, content: null, error: result.error.code }));
+    return result.files.map((f) => ({ path: f.path, content: f.content, error: f.error?.code ?? null }));
   }
 
   /** Closes the sandbox: removes its cgroups and argument file, and the workspace if the sandbox created it. */

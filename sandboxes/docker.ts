@@ -44,11 +44,11 @@
 import { once } from "node:events";
 import { type Duplex, Writable } from "node:stream";
 import Docker from "dockerode";
-import { StrataError, errors, isStrataError, toFileOperationError } from "../core/errors.js";
+import { StrataError, errors, isStrataError, type ErrorCode } from "../core/errors.js";
 import { timeoutSeconds } from "../core/limits.js";
 import { normalizePath } from "../core/paths.js";
-import { checkBatch } from "../core/base.js";
-import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileOperationError, FileUploadResponse } from "../core/types.js";
+import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
+import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
 import { MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 import { LOCK_FN, lockName } from "./shell.js";
@@ -400,7 +400,7 @@ export class DockerSandbox extends BaseSandbox {
     return removed;
   }
 
-  async execute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
+  protected async doExecute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     this.assertOpen();
     checkCommand(command, options.env);
     const timeout = timeoutSeconds(options.timeout ?? this.options.timeout ?? 300);
@@ -482,9 +482,8 @@ export class DockerSandbox extends BaseSandbox {
    * run as the command user. A link in the way is refused (permission_denied),
    * a link at the path itself is replaced; see UPLOAD.
    */
-  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    checkBatch(files, "uploadFiles");
-    const responses: FileUploadResponse[] = [];
+  protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
+    const responses: UploadAnswer[] = [];
     const pending: { index: number; path: string; target: string; content: Uint8Array }[] = [];
     for (const item of files) {
       const rawPath: unknown = Array.isArray(item) ? item[0] : item;
@@ -524,9 +523,8 @@ export class DockerSandbox extends BaseSandbox {
    * streamed into one buffer per file (never one string or buffer for the
    * batch). A path resolves as `cat` resolves it in the container; see FETCH.
    */
-  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    checkBatch(paths, "downloadFiles");
-    const responses: FileDownloadResponse[] = [];
+  protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
+    const responses: DownloadAnswer[] = [];
     const wanted: { index: number; target: string }[] = [];
     for (const rawPath of paths) {
       try {
@@ -638,7 +636,7 @@ export class DockerSandbox extends BaseSandbox {
   }
 
   /** One FETCH exec. Rejects when the bytes received do not match the sizes reported (a file changed meanwhile). */
-  private async fetch(targets: string[]): Promise<Pick<FileDownloadResponse, "content" | "error">[]> {
+  private async fetch(targets: string[]): Promise<Pick<DownloadAnswer, "content" | "error">[]> {
     const parser = new FetchParser(targets.length);
     await this.run(["/bin/sh", "-c", FETCH, "strata", ...targets], { user: this.user, stdout: parser });
     return parser.results();
@@ -726,7 +724,7 @@ class FetchParser extends Writable {
   }
 
   /** The answer per path; throws when the output does not add up (a file changed between stat and cat). */
-  results(): Pick<FileDownloadResponse, "content" | "error">[] {
+  results(): Pick<DownloadAnswer, "content" | "error">[] {
     const files = this.statuses.filter((status) => status === "f").length;
     if (this.statuses.length !== this.count || this.sizes.length !== files) throw new Error("incomplete listing");
     if (files > 1) {
@@ -773,7 +771,7 @@ function checkOptions(options: DockerSandboxOptions): string {
   return normalizePath(options.workDir ?? "/workspace");
 }
 
-function uploadError(status: string | undefined): FileOperationError | null {
+function uploadError(status: string | undefined): ErrorCode | null {
   switch (status) {
     case "ok":
       return null;
@@ -821,8 +819,8 @@ function sink(write: (chunk: Uint8Array) => void): Writable {
   });
 }
 
-function fileError(error: unknown): FileOperationError {
-  if (isStrataError(error)) return toFileOperationError(error.code);
+function fileError(error: unknown): ErrorCode {
+  if (isStrataError(error)) return error.code;
   return "permission_denied";
 }
 

@@ -17,24 +17,12 @@ import { mkdtempSync, realpathSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { FilesystemBackend } from "../backends/filesystem.js";
-import { checkBatch, failure } from "../core/base.js";
-import { errors, toFileOperationError } from "../core/errors.js";
-import { errorString } from "../core/format.js";
+import { unwrap, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
+import { errors } from "../core/errors.js";
+import { toFileDataV2 } from "../core/filedata.js";
 import { normalizePath } from "../core/paths.js";
-import type {
-  DeleteResult,
-  EditResult,
-  ExecuteOptions,
-  ExecuteResponse,
-  FileDataV2,
-  FileDownloadResponse,
-  FileInfo,
-  FileUploadResponse,
-  GrepOptions,
-  GrepResult,
-  WriteOptions,
-  WriteResult,
-} from "../core/types.js";
+import { toSeedProtocol as seed } from "../core/seed.js";
+import type { DeleteResult, EditResult, ExecuteOptions, ExecuteResponse, FileDataV2, FileInfo, FilesUpdate, GrepResult, WriteResult } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
 import { checkTimeout, runProcess } from "./process.js";
 
@@ -83,7 +71,7 @@ export class LocalSandbox extends BaseSandbox {
   }
 
   /** Unconfined: the command runs as this process's user and can reach the whole host (see the module comment). */
-  async execute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
+  protected async doExecute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     this.assertOpen();
     if (typeof command !== "string") throw errors.invalidArgument("command must be a string");
     checkTimeout(options.timeout);
@@ -102,73 +90,84 @@ export class LocalSandbox extends BaseSandbox {
       maxOutputBytes,
       killAfterBytes: Math.max(maxOutputBytes, (this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES) * 64),
       onOutput: options.onOutput,
+      onData: options.onData,
       signal: this.commandSignal(options.signal),
     });
   }
 
-  // Every file operation is the workspace FilesystemBackend's; after close each answers
-  // `sandbox_closed` in its method's failure shape (see docs/contract.md).
+  // Every file operation is the workspace FilesystemBackend's (real directories, atomic
+  // renames, per-path locks); after close each answers `sandbox_closed`.
 
-  override async lsInfo(path: string): Promise<FileInfo[]> {
+  protected override async doLs(path: string): Promise<FileInfo[]> {
     this.assertOpen();
-    return this.files.lsInfo(path);
+    return unwrap(await this.files.ls(path)).entries;
   }
 
-  override async read(filePath: string, offset?: number, limit?: number): Promise<string> {
-    if (this.closed) return errorString(this.closedFailure());
-    return this.files.read(filePath, offset, limit);
-  }
-
-  override async readRaw(filePath: string): Promise<FileDataV2> {
+  protected override async doRead(filePath: string, offset: number, limit: number): Promise<TextWindow> {
     this.assertOpen();
-    return this.files.readRaw(filePath);
+    const read = unwrap(await this.files.read(filePath, { offset, limit }));
+    if (read.encoding === "binary") throw errors.binary(read.path, read.size);
+    return { lines: read.lineCount === 0 ? [] : read.content.split("\n"), totalLines: read.totalLines };
   }
 
-  override async write(filePath: string, content: string, options?: WriteOptions): Promise<WriteResult> {
-    if (this.closed) return failure(this.closedFailure(), filePath);
-    return this.files.write(filePath, content, options);
-  }
-
-  override async edit(filePath: string, oldString: string, newString: string, replaceAll?: boolean): Promise<EditResult> {
-    if (this.closed) return failure(this.closedFailure(), filePath);
-    return this.files.edit(filePath, oldString, newString, replaceAll);
-  }
-
-  override async delete(filePath: string): Promise<DeleteResult> {
-    if (this.closed) return failure(this.closedFailure(), filePath);
-    return this.files.delete(filePath);
-  }
-
-  override async grep(pattern: string, path?: string | null, glob?: string | null, options?: GrepOptions): Promise<GrepResult> {
+  protected override async doReadRaw(filePath: string): Promise<FileDataV2> {
     this.assertOpen();
-    return this.files.grep(pattern, path, glob, options);
+    return toFileDataV2(unwrap(await this.files.readRaw(filePath)).data);
   }
 
-  override async globInfo(pattern: string, path?: string): Promise<FileInfo[]> {
+  protected override async doWrite(filePath: string, content: string, overwrite: boolean): Promise<WriteResult> {
     this.assertOpen();
-    return this.files.globInfo(pattern, path);
+    return seed(this.files).write(filePath, content, { overwrite });
   }
 
-  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    checkBatch(files, "uploadFiles");
-    if (this.closed) {
-      const error = toFileOperationError(this.closedFailure().code);
-      return files.map((item) => ({ path: Array.isArray(item) ? (item[0] as string) : String(item), error }));
-    }
-    return this.files.uploadFiles(files);
+  protected override async doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
+    this.assertOpen();
+    return seed(this.files).edit(filePath, oldString, newString, replaceAll);
   }
 
-  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
-    checkBatch(paths, "downloadFiles");
-    if (this.closed) {
-      const error = toFileOperationError(this.closedFailure().code);
-      return paths.map((path) => ({ path, content: null, error }));
-    }
-    return this.files.downloadFiles(paths);
+  protected override async doDelete(filePath: string): Promise<DeleteResult> {
+    this.assertOpen();
+    return seed(this.files).delete(filePath);
   }
 
-  private closedFailure() {
-    return errors.sandboxClosed(`Sandbox '${this.id}'`);
+  protected override async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
+    this.assertOpen();
+    return unwrap(await this.files.grep(pattern, { path, glob, maxCount }));
+  }
+
+  protected override async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
+    this.assertOpen();
+    return unwrap(await this.files.glob(pattern, { path })).entries;
+  }
+
+  protected override async doStat(path: string): Promise<FileInfo> {
+    this.assertOpen();
+    return unwrap(await this.files.stat(path));
+  }
+
+  protected override async doMkdir(path: string, recursive: boolean): Promise<FilesUpdate> {
+    this.assertOpen();
+    return unwrap(await this.files.mkdir(path, { recursive })).filesUpdate;
+  }
+
+  protected override async doMove(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    this.assertOpen();
+    return unwrap(await this.files.move(from, to, { overwrite })).filesUpdate;
+  }
+
+  protected override async doCopy(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    this.assertOpen();
+    return unwrap(await this.files.copy(from, to, { overwrite })).filesUpdate;
+  }
+
+  protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
+    this.assertOpen();
+    return unwrap(await this.files.uploadFiles(files)).files.map((f) => ({ path: f.path, error: f.error?.code ?? null }));
+  }
+
+  protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
+    this.assertOpen();
+    return unwrap(await this.files.downloadFiles(paths)).files.map((f) => ({ path: f.path, content: f.content, error: f.error?.code ?? null }));
   }
 
   /** Closes the sandbox; a workspace it created itself is deleted. */

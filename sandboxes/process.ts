@@ -23,13 +23,14 @@ export interface ProcessRun {
   /** Host working directory of the process. */
   cwd: string;
   env: Record<string, string>;
-  stdin?: string | Uint8Array;
+  stdin?: string | Uint8Array | ReadableStream<Uint8Array>;
   /** Seconds; undefined for no limit. */
   timeout?: number;
   maxOutputBytes: number;
   /** Output past this many bytes kills the command: a producer of endless output is stopped, not drained forever. */
   killAfterBytes: number;
   onOutput?: (chunk: string) => void;
+  onData?: (chunk: Uint8Array, stream: "stdout" | "stderr") => void;
   signal?: AbortSignal;
 }
 
@@ -47,7 +48,7 @@ export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
   if (run.signal?.aborted) return Promise.reject(run.signal.reason);
   return new Promise((resolve, reject) => {
     const child = spawn(run.file, run.args, { cwd: run.cwd, env: run.env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
-    const output = new OutputCollector(run.maxOutputBytes, run.onOutput);
+    const output = new OutputCollector(run.maxOutputBytes, run.onOutput, run.onData);
     let timedOut = false;
     let overflowed = false;
     let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
@@ -96,7 +97,7 @@ export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
         resolve({ output: text, exitCode, truncated: output.truncated });
       });
     };
-    const collect = (source: string) => (chunk: Buffer) => {
+    const collect = (source: "stdout" | "stderr") => (chunk: Buffer) => {
       output.push(chunk, source);
       if (!overflowed && output.totalBytes > run.killAfterBytes) {
         overflowed = true;
@@ -131,7 +132,23 @@ export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
 
     // The command may exit without reading its input; a broken pipe is not an error.
     child.stdin.on("error", () => undefined);
-    if (run.stdin !== undefined && run.stdin.length > 0) child.stdin.end(run.stdin);
-    else child.stdin.end();
+    feedStdin(run.stdin, (chunk) => child.stdin.write(chunk), () => child.stdin.end());
   });
+}
+
+/** Feeds a command's stdin from bytes, text or a stream written as it comes; ends it when the input ends. */
+export function feedStdin(stdin: ProcessRun["stdin"], write: (chunk: Uint8Array | string) => void, end: () => void): void {
+  if (!(stdin instanceof ReadableStream)) {
+    if (stdin !== undefined && stdin.length > 0) write(stdin);
+    end();
+    return;
+  }
+  void (async () => {
+    try {
+      for await (const chunk of stdin as unknown as AsyncIterable<Uint8Array>) write(chunk);
+    } catch {
+      // A writer that aborts its stream ends the input, as closing it would.
+    }
+    end();
+  })();
 }

@@ -98,6 +98,7 @@ export interface RemoteRunOptions {
   /** Output past this many bytes kills the command: endless output is stopped, not drained forever. */
   killAfterBytes: number;
   onOutput?: (chunk: string) => void;
+  onData?: (chunk: Uint8Array, stream: "stdout" | "stderr") => void;
   signal?: AbortSignal;
   /** Kills the command's group and, with `sweep`, every process of the run, from a second command. Must not throw. */
   kill: (pgid: number | undefined, sweep: boolean) => Promise<void>;
@@ -129,7 +130,7 @@ export class RemoteRun {
   };
 
   constructor(private readonly options: RemoteRunOptions) {
-    this.output = new OutputCollector(options.maxOutputBytes, options.onOutput);
+    this.output = new OutputCollector(options.maxOutputBytes, options.onOutput, options.onData);
     this.result = new Promise((resolve, reject) => {
       this.resolve = resolve;
       this.reject = reject;

@@ -18,10 +18,11 @@ import { createHash, createHmac } from "node:crypto";
 import { readFileSync } from "node:fs";
 import ssh2 from "ssh2";
 import type { ClientChannel, ConnectConfig, SFTPWrapper, Stats } from "ssh2";
-import { StrataError, errors, isStrataError, toFileOperationError } from "../core/errors.js";
+import { StrataError, errors, isStrataError, type ErrorCode } from "../core/errors.js";
+import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
 import { byteCount, timeoutSeconds } from "../core/limits.js";
 import { baseName, normalizePath, parentOf } from "../core/paths.js";
-import type { ExecuteOptions, ExecuteResponse, FileDownloadResponse, FileOperationError, FileUploadResponse } from "../core/types.js";
+import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES, shellQuote } from "./base.js";
 import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 import { LOCK_FN, int, statusError, tempName } from "./shell.js";
@@ -200,7 +201,7 @@ export class SshSandbox extends BaseSandbox {
     return sandbox;
   }
 
-  async execute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
+  protected async doExecute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     this.assertOpen();
     checkCommand(command, options.env);
     const timeout = options.timeout === undefined ? (this.options.timeout ?? 300) : timeoutSeconds(options.timeout);
@@ -269,7 +270,7 @@ export class SshSandbox extends BaseSandbox {
    * planted) is refused with `permission_denied`. Uploads of one path in a
    * batch land in input order.
    */
-  async uploadFiles(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<FileUploadResponse[]> {
+  protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     if (!Array.isArray(files)) throw errors.invalidArgument("uploadFiles takes an array of [path, bytes] pairs");
     let connection: Connection;
     let sftp: SFTPWrapper;
@@ -294,7 +295,7 @@ export class SshSandbox extends BaseSandbox {
       }
       return real;
     };
-    const responses: FileUploadResponse[] = files.map((item) => ({ path: echo(Array.isArray(item) ? item[0] : item), error: null }));
+    const responses: UploadAnswer[] = files.map((item) => ({ path: echo(Array.isArray(item) ? item[0] : item), error: null }));
     const staged: { index: number; path: string; temp: string; target: string; size: number }[] = [];
     await mapConcurrently(files, SFTP_CONCURRENCY, async (item, index) => {
       const rawPath: unknown = Array.isArray(item) ? item[0] : item;
@@ -338,7 +339,7 @@ export class SshSandbox extends BaseSandbox {
         const statuses = payload.split("\n");
         batch.forEach((item, i) => {
           const status = statuses[i] ?? "failed";
-          responses[item.index]!.error = status === "ok" ? null : toFileOperationError(statusError(status, item.path, [])?.code ?? "io_error");
+          responses[item.index]!.error = status === "ok" ? null : statusError(status, item.path, [])?.code ?? "io_error";
         });
       } catch (error) {
         const code = fileError(error);
@@ -352,7 +353,7 @@ export class SshSandbox extends BaseSandbox {
     return responses;
   }
 
-  async downloadFiles(paths: readonly string[]): Promise<FileDownloadResponse[]> {
+  protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
     if (!Array.isArray(paths)) throw errors.invalidArgument("downloadFiles takes an array of paths");
     let connection: Connection;
     let sftp: SFTPWrapper;
@@ -743,12 +744,12 @@ async function mapConcurrently<T, R>(items: readonly T[], limit: number, work: (
 }
 
 /** An upload's failure as one of the four codes (SFTP statuses and a lost connection are all `permission_denied`). */
-function uploadError(error: unknown): FileOperationError {
+function uploadError(error: unknown): ErrorCode {
   return fileError(isStrataError(error) || sftpStatus(error) !== undefined ? error : connectionError(error));
 }
 
-function fileError(error: unknown): FileOperationError {
-  return isStrataError(error) ? toFileOperationError(error.code) : "permission_denied";
+function fileError(error: unknown): ErrorCode {
+  return isStrataError(error) ? error.code : "permission_denied";
 }
 
 function connectionError(error: unknown): StrataError {
