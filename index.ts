@@ -1,7 +1,10 @@
 /**
- * strata — everything for Node in one import. Browsers and edge runtimes
- * import `strata/core` and `strata/backends/state` (no Node built-ins);
- * the sandbox runtime is `strata/runtime`, the test suite `strata/conformance`.
+ * strata-workspace — everything for Node in one import. Browsers and edge
+ * runtimes import `strata-workspace/core` and `strata-workspace/backends/state`
+ * (no Node built-ins); the sandbox runtime is `strata-workspace/runtime`, the
+ * test suite `strata-workspace/conformance`. Importing this loads no engine
+ * package: pg, ioredis, dockerode, ssh2 and better-sqlite3 load when the class
+ * that needs them is first used (stores/optional-package.ts).
  */
 export * from "./core/index.js";
 export * from "./backends/state.js";

@@ -37,6 +37,7 @@ const GROUPS: ReadonlyArray<{ name: string; load: () => Promise<BenchGroup> }> =
   { name: "store", load: async () => (await import("./store.js")).storeGroup },
   { name: "sandbox", load: async () => (await import("./sandbox.js")).sandboxGroup },
   { name: "runtime", load: async () => (await import("./runtime.js")).runtimeGroup },
+  { name: "import", load: async () => (await import("./imports.js")).importGroup },
 ];
 
 interface Options {

@@ -43,7 +43,7 @@
  */
 import { once } from "node:events";
 import { type Duplex, Writable } from "node:stream";
-import Docker from "dockerode";
+import type Docker from "dockerode";
 import { StrataError, errors, isStrataError, type ErrorCode } from "../core/errors.js";
 import { timeoutSeconds } from "../core/limits.js";
 import { normalizePath } from "../core/paths.js";
@@ -52,6 +52,10 @@ import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
 import { MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 import { LOCK_FN, lockName } from "./shell.js";
+import { optionalPackage } from "../stores/optional-package.js";
+
+/** The dockerode package, loaded when a DockerSandbox first makes a client (an optional peer dependency). */
+const dockerode = optionalPackage<typeof Docker>("dockerode", "DockerSandbox");
 
 export interface DockerSandboxOptions extends BaseSandboxOptions {
   /**
@@ -786,9 +790,11 @@ function uploadError(status: string | undefined): ErrorCode | null {
 }
 
 function dockerClient(docker: Docker | string | undefined): Docker {
-  if (docker instanceof Docker) return docker;
-  if (typeof docker === "string") return new Docker({ socketPath: docker.replace(/^unix:\/\//, "") });
-  return new Docker();
+  // A client the caller made is used as it is (even one made by another copy of dockerode).
+  if (typeof docker === "object" && docker !== null) return docker;
+  const Client = dockerode();
+  if (typeof docker === "string") return new Client({ socketPath: docker.replace(/^unix:\/\//, "") });
+  return new Client();
 }
 
 function resourceLimits(options: DockerSandboxOptions): Docker.HostConfig {

@@ -16,7 +16,7 @@
  */
 import { createHash, createHmac } from "node:crypto";
 import { readFileSync } from "node:fs";
-import ssh2 from "ssh2";
+import type ssh2 from "ssh2";
 import type { ClientChannel, ConnectConfig, SFTPWrapper, Stats } from "ssh2";
 import { StrataError, errors, isStrataError, type ErrorCode } from "../core/errors.js";
 import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
@@ -26,6 +26,10 @@ import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES, shellQuote } from "./base.js";
 import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 import { LOCK_FN, int, statusError, tempName } from "./shell.js";
+import { optionalPackage } from "../stores/optional-package.js";
+
+/** The ssh2 package, loaded when an SshSandbox first connects (an optional peer dependency). */
+const loadSsh2 = optionalPackage<typeof ssh2>("ssh2", "SshSandbox");
 
 /**
  * `fin TEMP TARGET SIZE LOCK` per uploaded file, after SFTP wrote TEMP:
@@ -416,7 +420,7 @@ export class SshSandbox extends BaseSandbox {
   }
 
   private async open(): Promise<Connection> {
-    const client = new ssh2.Client();
+    const client = new (loadSsh2().Client)();
     this.stats.connections++;
     try {
       await new Promise<void>((resolve, reject) => {

@@ -1,5 +1,5 @@
-import pg from "pg";
-import type { Pool, PoolClient, QueryResultRow } from "pg";
+import type * as Pg from "pg";
+import type { Pool, PoolClient, QueryResult, QueryResultRow } from "pg";
 import { errors, StrataError } from "../core/errors.js";
 import { encodeText } from "../core/filedata.js";
 import { checkQuota, validateQuota, type Quota, type Usage } from "../core/limits.js";
@@ -33,6 +33,10 @@ import {
   type StoredKey,
   type StoreQuotaOptions,
 } from "./store.js";
+import { optionalPackage } from "./optional-package.js";
+
+/** The pg package, loaded by the first PostgresStore (an optional peer dependency). */
+const pg = optionalPackage<typeof Pg>("pg", "PostgresStore");
 
 export interface PostgresStoreOptions extends StoreQuotaOptions {
   /** `postgres://user@host:port/db`; the store opens (and closes) a pool of its own. */
@@ -124,8 +128,8 @@ export class PostgresStore implements Store {
     for (const name of [schema, table]) {
       if (!IDENTIFIER.test(name)) throw errors.invalidArgument(`PostgreSQL schema and table names must match ${IDENTIFIER.source}`);
     }
-    this.table = `${pg.escapeIdentifier(schema)}.${pg.escapeIdentifier(table)}`;
-    this.sequence = `${pg.escapeIdentifier(schema)}.${pg.escapeIdentifier(`${table}_version`)}`;
+    this.table = `${pg().escapeIdentifier(schema)}.${pg().escapeIdentifier(table)}`;
+    this.sequence = `${pg().escapeIdentifier(schema)}.${pg().escapeIdentifier(`${table}_version`)}`;
     this.nextVersion = `nextval('${this.sequence.replace(/'/g, "''")}'::regclass)`;
     this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
     this.quota = validateQuota(options.quota);
@@ -141,7 +145,7 @@ export class PostgresStore implements Store {
     } else {
       if (!options.connectionString) throw errors.invalidArgument("PostgresStore needs a connectionString or a pool");
       const statementTimeout = options.statementTimeoutMs ?? 30_000;
-      this.pool = new pg.Pool({
+      this.pool = new (pg().Pool)({
         connectionString: options.connectionString,
         max: options.maxConnections ?? 10,
         connectionTimeoutMillis: options.connectTimeoutMs ?? 5_000,
@@ -438,7 +442,7 @@ export class PostgresStore implements Store {
     return `INSERT INTO ${this.table} AS t (ns, key, dir, version, encoding, content, original, size, created_at, modified_at) ${source}`;
   }
 
-  private query<R extends QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
+  private query<R extends QueryResultRow>(sql: string, params: unknown[]): Promise<QueryResult<R>> {
     return this.withSchema(() => this.gate.run(() => this.pool.query<R>(sql, params)));
   }
 
@@ -498,7 +502,7 @@ export class PostgresStore implements Store {
   private async createSchema(): Promise<void> {
     const schema = this.options.schema ?? "public";
     const table = this.options.table ?? "strata_files";
-    const name = (suffix: string) => `${pg.escapeIdentifier(schema)}.${pg.escapeIdentifier(`${table}${suffix}`)}`;
+    const name = (suffix: string) => `${pg().escapeIdentifier(schema)}.${pg().escapeIdentifier(`${table}${suffix}`)}`;
     const { rows } = await this.pool.query<{ ready: boolean }>(
       `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AS ready`,
       [name(""), name("_dir"), name("_version")],
@@ -511,7 +515,7 @@ export class PostgresStore implements Store {
       await client.query("BEGIN");
       // Stores starting together on a fresh database would race on CREATE ... IF NOT EXISTS.
       await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`strata:${schema}.${table}`]);
-      await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(schema)}`);
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg().escapeIdentifier(schema)}`);
       await client.query(`CREATE TABLE IF NOT EXISTS ${this.table} (
         ns text COLLATE "C" NOT NULL,
         key text COLLATE "C" NOT NULL,
@@ -524,14 +528,14 @@ export class PostgresStore implements Store {
         created_at text NOT NULL,
         modified_at text NOT NULL,
         PRIMARY KEY (ns, key))`);
-      await client.query(`CREATE INDEX IF NOT EXISTS ${pg.escapeIdentifier(`${table}_dir`)} ON ${this.table} (ns, dir)`);
+      await client.query(`CREATE INDEX IF NOT EXISTS ${pg().escapeIdentifier(`${table}_dir`)} ON ${this.table} (ns, dir)`);
       await client.query(`CREATE SEQUENCE IF NOT EXISTS ${this.sequence}`);
       // Without pg_trgm (no privilege to create it) search still works, by scanning.
       await client.query("SAVEPOINT trigram");
       try {
         await client.query("CREATE EXTENSION IF NOT EXISTS pg_trgm");
         await client.query(
-          `CREATE INDEX IF NOT EXISTS ${pg.escapeIdentifier(`${table}_trgm`)} ON ${this.table} USING gin (content gin_trgm_ops) WHERE encoding <> 'base64'`,
+          `CREATE INDEX IF NOT EXISTS ${pg().escapeIdentifier(`${table}_trgm`)} ON ${this.table} USING gin (content gin_trgm_ops) WHERE encoding <> 'base64'`,
         );
         await client.query("RELEASE SAVEPOINT trigram");
       } catch (error) {

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
-import { Redis } from "ioredis";
+import type * as IoRedis from "ioredis";
+import type { Redis } from "ioredis";
 import { errors, StrataError } from "../core/errors.js";
 import { validateQuota, type Quota } from "../core/limits.js";
 import type { FileData } from "../core/types.js";
@@ -28,6 +29,10 @@ import {
   type StoredKey,
   type StoreQuotaOptions,
 } from "./store.js";
+import { optionalPackage } from "./optional-package.js";
+
+/** The ioredis package, loaded by the first RedisStore given a url (an optional peer dependency; a store given a client needs none). */
+const ioredis = optionalPackage<typeof IoRedis>("ioredis", "RedisStore");
 
 export interface RedisStoreOptions extends StoreQuotaOptions {
   /** `redis://host:port/db`; the store opens (and closes) a client of its own. */
@@ -286,7 +291,7 @@ export class RedisStore implements Store {
       this.ownsClient = false;
     } else {
       if (!options.url) throw errors.invalidArgument("RedisStore needs a url or a client");
-      this.client = new Redis(options.url, {
+      this.client = new (ioredis().Redis)(options.url, {
         connectTimeout: options.connectTimeoutMs ?? 5_000,
         commandTimeout: options.commandTimeoutMs ?? 30_000,
         // While the server is away, fail fast with "unavailable" instead of queueing

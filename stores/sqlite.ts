@@ -1,6 +1,6 @@
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
-import Database from "better-sqlite3";
+import type Database from "better-sqlite3";
 import { errors, StrataError } from "../core/errors.js";
 import { checkQuota, validateQuota, type Quota, type Usage } from "../core/limits.js";
 import { ancestorsOf, baseName, parentOf } from "../core/paths.js";
@@ -24,6 +24,10 @@ import {
   type StoredKey,
   type StoreQuotaOptions,
 } from "./store.js";
+import { optionalPackage } from "./optional-package.js";
+
+/** better-sqlite3 (a dependency), loaded by the first SqliteStore: importing the package does not load its native addon. */
+const sqlite = optionalPackage<typeof Database>("better-sqlite3", "SqliteStore");
 
 export interface SqliteStoreOptions extends StoreQuotaOptions {
   /**
@@ -175,9 +179,10 @@ export class SqliteStore implements Store {
     if (path.includes("\0")) throw errors.invalidArgument("the SQLite store path must not contain NUL");
     this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
     this.quota = validateQuota(options.quota);
+    const Driver = sqlite();
     if (path !== ":memory:" && !path.startsWith("file:")) createParent(path);
     try {
-      this.db = new Database(path);
+      this.db = new Driver(path);
       this.db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
       this.db.pragma("journal_mode = WAL");
       this.db.pragma(`synchronous = ${options.synchronous === "FULL" ? "FULL" : "NORMAL"}`);
@@ -505,7 +510,7 @@ function openFailure(error: unknown): string {
 
 /** Maps driver errors to typed ones; the driver's text is kept only as the cause. */
 function toStrataError(error: unknown): unknown {
-  if (error instanceof StrataError || !(error instanceof Database.SqliteError)) return error;
+  if (error instanceof StrataError || !(error instanceof sqlite().SqliteError)) return error;
   const code = error.code;
   if (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED")) {
     return new StrataError("timeout", "The SQLite store is busy: another connection held its write lock past the busy timeout", { cause: error });

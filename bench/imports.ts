@@ -1,0 +1,114 @@
+/**
+ * Import: what a program pays to load the package, in a fresh Node process
+ * each time (a warm module cache would hide it). The root entry against the
+ * core entry (the contract alone, no Node-side module): the gap is what the
+ * root's Node-side modules cost. The root loads no engine package (pg,
+ * ioredis, dockerode, ssh2, better-sqlite3 load when their class is first
+ * used); the root case checks that, too.
+ *
+ * The sources are transpiled file by file with esbuild (what tsc emits into
+ * dist/, without bundling) into the cache directory, so the figure is that of
+ * the built package and not of a TypeScript loader.
+ */
+import { execFile } from "node:child_process";
+import { mkdirSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { build } from "esbuild";
+import { type BenchGroup, type CaseResult, type GroupContext, formatMs, median } from "./harness.js";
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
+const PACKAGE = "strata-workspace";
+const ENGINES = ["pg", "ioredis", "dockerode", "ssh2", "better-sqlite3"];
+
+/** Transpiles what the root and core entries import into `out`, next to a link to the project's node_modules. */
+async function transpile(out: string): Promise<void> {
+  rmSync(out, { recursive: true, force: true });
+  mkdirSync(out, { recursive: true });
+  const entryPoints = ["index.ts"];
+  for (const dir of ["core", "backends", "stores", "sandboxes"]) {
+    for (const name of readdirSync(join(ROOT, dir))) if (name.endsWith(".ts")) entryPoints.push(join(dir, name));
+  }
+  await build({ entryPoints: entryPoints.map((p) => join(ROOT, p)), outdir: out, outbase: ROOT, format: "esm", platform: "node", target: "node20", logLevel: "error" });
+  writeFileSync(join(out, "package.json"), JSON.stringify({ type: "module", private: true }));
+  symlinkSync(realpathSync(join(ROOT, "node_modules")), join(out, "node_modules"));
+}
+
+interface Sample {
+  /** From just before `import()` to its resolution, inside the child. */
+  importMs: number;
+  /** From spawn to exit, seen by this process (Node's own start-up included). */
+  processMs: number;
+  /** Engine packages in the child's CommonJS registry after the import (all five are CommonJS). */
+  engines: string[];
+}
+
+const CHILD = `
+const t0 = performance.now();
+await import(process.argv[1]);
+const importMs = performance.now() - t0;
+const { createRequire } = await import("node:module");
+const files = Object.keys(createRequire(import.meta.url).cache);
+const engines = ${JSON.stringify(ENGINES)}.filter((name) => files.some((file) => file.includes("/node_modules/" + name + "/")));
+process.stdout.write(JSON.stringify({ importMs, engines }));
+`;
+
+function importOnce(entry: string, cwd: string): Promise<Sample> {
+  const env = { ...process.env };
+  delete env.NODE_OPTIONS; // no loader (tsx) in the child: it imports the transpiled files as a user would
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    execFile(process.execPath, ["--input-type=module", "-e", CHILD, pathToFileURL(entry).href], { cwd, env, timeout: 60_000 }, (error, stdout, stderr) => {
+      const processMs = performance.now() - started;
+      if (error) return reject(new Error(`import of ${entry} failed: ${stderr.trim().split("\n").slice(-3).join(" | ") || error.message}`));
+      const { importMs, engines } = JSON.parse(stdout) as Omit<Sample, "processMs">;
+      resolve({ importMs, processMs, engines });
+    });
+  });
+}
+
+export const importGroup: BenchGroup = {
+  name: "import",
+  title: "Import: cold import of the root and core entries, a fresh process each time",
+  async run(ctx: GroupContext): Promise<CaseResult[]> {
+    const out = join(ctx.cacheDir, "import-build");
+    await transpile(out);
+    const entries = [
+      { label: `\`${PACKAGE}\` (root entry)`, file: join(out, "index.js") },
+      { label: `\`${PACKAGE}/core\``, file: join(out, "core", "index.js") },
+    ];
+    const runs = ctx.quick ? 5 : ctx.reps * 3;
+    const samples: Sample[][] = entries.map(() => []);
+    // One warm-up each (the page cache), then runs taking turns so noise falls on both alike.
+    for (const entry of entries) await importOnce(entry.file, out);
+    for (let round = 0; round < runs; round++) {
+      const order = round % 2 === 0 ? [0, 1] : [1, 0];
+      for (const i of order) samples[i]!.push(await importOnce(entries[i]!.file, out));
+    }
+    const results = entries.map((entry, i): CaseResult => {
+      const mine = samples[i]!;
+      const processMs = median(mine.map((s) => s.processMs));
+      const engines = [...new Set(mine.flatMap((s) => s.engines))];
+      ctx.log(`${entry.label}: import p50 ${formatMs(median(mine.map((s) => s.importMs)))}, whole process p50 ${formatMs(processMs)}`);
+      return {
+        group: this.name,
+        name: `cold import of ${entry.label}, fresh process`,
+        strata: {
+          name: entry.label,
+          medianMs: median(mine.map((s) => s.importMs)),
+          samples: mine.length,
+          note: `whole process ${formatMs(processMs)}${engines.length > 0 ? `; loaded ${engines.join(", ")}` : ""}`,
+        },
+        peers: [],
+        warnings: [],
+        notes: [
+          "Time from just before `import()` to its resolution inside a fresh `node -e` (files transpiled by esbuild as tsc emits them, no bundling); " +
+            "'whole process' is spawn to exit, Node's start-up included.",
+        ],
+      };
+    });
+    const rootEngines = [...new Set(samples[0]!.flatMap((s) => s.engines))];
+    results[0]!.target = { kind: "check", met: rootEngines.length === 0, text: `loads no engine package (${ENGINES.join(", ")})` };
+    return results;
+  },
+};
