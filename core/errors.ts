@@ -26,7 +26,7 @@ export type ErrorCode =
   | "io_error";
 
 export class StrataError extends Error {
-  override readonly name = "StrataError";
+  override readonly name: string = this.constructor.name;
   constructor(
     readonly code: ErrorCode,
     message: string,
