@@ -27,7 +27,7 @@ export type ErrorCode =
   | "io_error";
 
 export class StrataError extends Error {
-  override readonly name = "StrataError";
+  override readonly name: string = this.constructor.name;
   /** The virtual path the failure is about, as a field: callers never parse it out of the message. */
   readonly path?: string;
   constructor(

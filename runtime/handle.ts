@@ -1,7 +1,6 @@
-import { StrataError } from "../core/errors.js";
 import { timeoutSeconds } from "../core/limits.js";
 import type { SandboxBackendProtocol } from "../core/protocol.js";
-import { BackendSandboxClosed } from "./errors.js";
+import { BackendSandboxClosed, HandleError } from "./errors.js";
 import type { Payload, ResultOf } from "./payloads.js";
 import type { SandboxProvider, SandboxSpec } from "./provider.js";
 import { Stream } from "./stream.js";
@@ -96,7 +95,7 @@ export class SandboxHandle<S extends SandboxBackendProtocol = SandboxBackendProt
   /** Drops one reference; the last one closes the sandbox (and this resolves once it is closed). */
   async release(): Promise<void> {
     this.#assertOpen("was released after it closed");
-    if (this.#refcount === 0) throw new StrataError("invalid_argument", `Sandbox '${this.id}' was released more often than it was acquired`);
+    if (this.#refcount === 0) throw new HandleError(`Sandbox '${this.id}' was released more often than it was acquired`);
     this.#refcount -= 1;
     if (this.#refcount > 0) return;
     // Closed from this instant, so an acquire racing the provider's close fails instead of holding a dying sandbox.
@@ -159,7 +158,11 @@ export class SandboxHandle<S extends SandboxBackendProtocol = SandboxBackendProt
 
   /** Closes the sandbox after `seconds`, whatever its references (the spec's timeout). */
   closeAfter(seconds: number, onError: (error: unknown) => void): void {
-    timeoutSeconds(seconds, "lifetime timeout");
+    try {
+      timeoutSeconds(seconds, "lifetime timeout");
+    } catch (error) {
+      throw new HandleError((error as Error).message, { cause: error });
+    }
     this.#clearLifetime();
     this.#lifetime = setTimeout(() => {
       this.provider.close(this).catch(onError);

@@ -7,6 +7,7 @@ import { normalizePath, parentOf } from "../core/paths.js";
 import type { SandboxBackendProtocol } from "../core/protocol.js";
 import type { ExecuteOptions, FileInfo } from "../core/types.js";
 import { shellQuote, TIMEOUT_EXIT_CODE } from "../sandboxes/base.js";
+import { InvalidPayload } from "./errors.js";
 
 /**
  * Typed tool payloads (OpenRath's BackendTool* types), their results, and
@@ -15,7 +16,9 @@ import { shellQuote, TIMEOUT_EXIT_CODE } from "../sandboxes/base.js";
  *
  * Payloads are validated with zod because they often arrive as JSON from a
  * model. Results are plain objects discriminated by `type`. A payload that
- * fails at run time returns a `ToolExecutionFailure`; it is never thrown.
+ * fails returns a `ToolExecutionFailure`, `{ error: { code, message, path? } }`
+ * with a core ErrorCode, the failure shape of every Strata result; it is never
+ * thrown.
  */
 
 // ---------------------------------------------------------------- payloads
@@ -112,10 +115,10 @@ export const PAYLOAD_TYPES: readonly PayloadType[] = [
 
 type Fields<S extends z.ZodType> = Omit<z.input<S>, "type">;
 
-/** A builder's bad field is the caller's mistake: a typed invalid_argument, not a raw ZodError. */
+/** A builder's bad field is the caller's mistake: an InvalidPayload (invalid_argument), not a raw ZodError. */
 function build<S extends z.ZodType>(schema: S, value: unknown): z.output<S> {
   const parsed = schema.safeParse(value);
-  if (!parsed.success) throw new StrataError("invalid_argument", `Invalid payload: ${z.prettifyError(parsed.error)}`);
+  if (!parsed.success) throw new InvalidPayload(`Invalid payload: ${z.prettifyError(parsed.error)}`);
   return parsed.data;
 }
 
@@ -172,14 +175,18 @@ export interface CodeResult {
   truncated: boolean;
 }
 
-/** Why a payload could not be carried out: an error code, or a missing interpreter. */
-export type FailureKind = ErrorCode | "interpreter_missing";
-
+/**
+ * Why a payload could not be carried out, in the vocabulary of every Strata
+ * result: `{ error: { code, message, path? } }`. `code` is a core ErrorCode
+ * (`timeout`, `file_not_found`, `invalid_argument`, …), `message` a sentence a
+ * person or a model can act on, `path` the virtual path the failure is about
+ * when there is one (a files payload's path, a command's cwd). A plain
+ * object, so it survives JSON. The name is OpenRath's.
+ */
 export interface ToolExecutionFailure {
-  type: "failure";
-  kind: FailureKind;
-  message: string;
-  detail: string | null;
+  error: { code: ErrorCode; message: string; path?: string };
+  /** A failure has no `type`, so `result.type === "command_result"` narrows a result. */
+  type?: never;
 }
 
 export interface PayloadResults {
@@ -195,25 +202,87 @@ export interface PayloadResults {
 export type ResultOf<T extends PayloadType> = PayloadResults[T] | ToolExecutionFailure;
 export type PayloadResult = ResultOf<PayloadType>;
 
+/**
+ * True for a failure. Use it rather than `"error" in result`: a CodeResult
+ * has an `error` field too (the failed program's stderr, a string or null).
+ */
 export function isFailure(value: unknown): value is ToolExecutionFailure {
-  return typeof value === "object" && value !== null && (value as { type?: unknown }).type === "failure";
+  if (typeof value !== "object" || value === null) return false;
+  const error = (value as { error?: unknown }).error;
+  return typeof error === "object" && error !== null && typeof (error as { code?: unknown }).code === "string";
 }
 
-export function toolFailure(kind: FailureKind, message: string, detail: string | null = null): ToolExecutionFailure {
-  return { type: "failure", kind, message, detail };
+export function toolFailure(code: ErrorCode, message: string, path?: string): ToolExecutionFailure {
+  return { error: path === undefined ? { code, message } : { code, message, path } };
 }
 
-/** A failure from a thrown value. Only StrataError messages are passed on: others may name host paths. */
-export function failureFrom(error: unknown): ToolExecutionFailure {
-  if (error instanceof StrataError) return toolFailure(error.code, error.message);
+/** Codes that are about a path: only their failures carry the payload's path. */
+const PATH_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  "file_not_found",
+  "permission_denied",
+  "is_directory",
+  "invalid_path",
+  "not_a_directory",
+  "already_exists",
+  "binary_file",
+  "too_large",
+  "quota_exceeded",
+  "conflict",
+  "io_error",
+]);
+
+/**
+ * A failure from a thrown value. Only StrataError messages are passed on:
+ * others may name host paths. `path` (the virtual path the payload is about)
+ * is added to failures whose code is about a path, unless the error names
+ * its own.
+ */
+export function failureFrom(error: unknown, path?: string): ToolExecutionFailure {
+  if (error instanceof StrataError) {
+    const own = (error as { path?: unknown }).path;
+    return toolFailure(error.code, error.message, typeof own === "string" ? own : PATH_CODES.has(error.code) ? path : undefined);
+  }
   const name = error instanceof Error ? error.name : typeof error;
-  return toolFailure("io_error", "The sandbox operation failed", name);
+  return toolFailure("io_error", `The sandbox operation failed (${name})`, path);
+}
+
+/** The payload's path as a failure's `path`: normalised when it can be; a hostile one (NUL, over-long) is left out. */
+function failurePath(path: string | undefined): string | undefined {
+  if (path === undefined) return undefined;
+  try {
+    return normalizePath(path);
+  } catch {
+    return path.length <= 4096 && !path.includes("\0") ? path : undefined;
+  }
+}
+
+/** The virtual path a payload is about, if any: a files payload's path, a command's cwd. */
+function subjectPath(payload: Payload): string | undefined {
+  switch (payload.type) {
+    case "files.read":
+    case "files.write":
+    case "files.list":
+    case "files.exists":
+      return failurePath(payload.path);
+    case "command.run":
+      return failurePath(payload.cwd);
+    case "code.run":
+      return undefined;
+  }
 }
 
 // ---------------------------------------------------------------- validation
 
-/** Validates an untrusted payload (e.g. JSON from a model); a bad one becomes an invalid_argument failure. */
+/**
+ * Validates an untrusted payload (e.g. JSON from a model). A `type` that is
+ * no payload type is an `unsupported` failure; any other bad payload an
+ * `invalid_argument` one.
+ */
 export function parsePayload(value: unknown): Payload | ToolExecutionFailure {
+  const type = (value as { type?: unknown } | null | undefined)?.type;
+  if (typeof type === "string" && !(PAYLOAD_TYPES as readonly string[]).includes(type)) {
+    return toolFailure("unsupported", `Unknown payload type '${type.slice(0, 80)}'; the payload types are: ${PAYLOAD_TYPES.join(", ")}`);
+  }
   const parsed = PayloadSchema.safeParse(value);
   if (parsed.success) return parsed.data;
   return toolFailure("invalid_argument", `Invalid payload: ${z.prettifyError(parsed.error)}`);
@@ -226,16 +295,22 @@ export interface DispatchContext {
   env?: Readonly<Record<string, string>>;
 }
 
-/** Runs one validated payload. Never throws for a failure of the payload itself. */
+/**
+ * Validates and runs one payload. Never throws: whatever goes wrong (a bad
+ * payload, an unknown type, a missing file, a timeout, a closed sandbox)
+ * comes back as a ToolExecutionFailure.
+ */
 export async function dispatchPayload<P extends Payload>(
   sandbox: SandboxBackendProtocol,
   payload: P,
   context: DispatchContext = {},
 ): Promise<ResultOf<P["type"]>> {
+  const parsed = parsePayload(payload);
+  if (isFailure(parsed)) return parsed;
   try {
-    return (await run(sandbox, payload, context)) as ResultOf<P["type"]>;
+    return (await run(sandbox, parsed, context)) as ResultOf<P["type"]>;
   } catch (error) {
-    return failureFrom(error);
+    return failureFrom(error, subjectPath(parsed));
   }
 }
 
@@ -265,30 +340,33 @@ async function runCommand(sandbox: SandboxBackendProtocol, payload: CommandRun, 
     stdin: payload.stdin,
     timeout: payload.timeout,
   });
-  if (run.timedOut) return timeoutFailure(payload.timeout, run);
+  if (run.timedOut) return timeoutFailure(payload.timeout);
   return { type: "command_result", stdout: run.stdout, stderr: run.stderr, exitCode: run.exitCode, elapsedMs: run.elapsedMs, truncated: run.truncated };
 }
 
 async function readFile(sandbox: SandboxBackendProtocol, payload: FilesRead): Promise<FileContent | ToolExecutionFailure> {
   const path = normalizePath(payload.path);
   const [response] = await sandbox.downloadFiles([path]);
-  if (!response || response.error || !response.content) return failureFrom(fileOperationError(response?.error ?? "file_not_found", path));
+  if (!response || response.error || !response.content) return failureFrom(fileOperationError(response?.error ?? "file_not_found", path), path);
   if (payload.encoding === null) return { type: "file_content", path, data: response.content, encoding: null };
   const text = decodeText(response.content);
-  if (text === null) return failureFrom(errors.binary(path, response.content.length));
+  if (text === null) return failureFrom(errors.binary(path, response.content.length), path);
   return { type: "file_content", path, data: text, encoding: "utf-8" };
 }
 
 async function writeFile(sandbox: SandboxBackendProtocol, payload: FilesWrite): Promise<FileWriteResult | ToolExecutionFailure> {
   const path = normalizePath(payload.path);
-  if (path === "/") return failureFrom(errors.isDirectory(path));
+  if (path === "/") return failureFrom(errors.isDirectory(path), path);
   const bytes = typeof payload.data === "string" ? encodeText(payload.data) : payload.data;
   const [response] = await sandbox.uploadFiles([[path, bytes]]);
-  if (!response || response.error) return failureFrom(fileOperationError(response?.error ?? "permission_denied", path));
+  if (!response || response.error) return failureFrom(fileOperationError(response?.error ?? "permission_denied", path), path);
   if (payload.mode !== undefined) {
     // The protocol has no chmod; the sandbox's own chmod, relative to the workspace root, sets the bits.
     const chmod = await sandbox.execute(`chmod ${payload.mode.toString(8)} ${shellQuote(`.${path}`)}`, { cwd: "/" });
-    if (chmod.exitCode !== 0) return toolFailure("permission_denied", `Wrote '${path}' but could not set its mode to ${payload.mode.toString(8)}`, chmod.output.trim() || null);
+    if (chmod.exitCode !== 0) {
+      const said = chmod.output.trim().split("\n")[0]?.slice(0, 200);
+      return toolFailure("permission_denied", `Wrote '${path}' but could not set its mode to ${payload.mode.toString(8)}${said ? ` (${said})` : ""}`, path);
+    }
   }
   return { type: "file_write_result", path, bytesWritten: bytes.length };
 }
@@ -328,13 +406,10 @@ async function runCode(sandbox: SandboxBackendProtocol, payload: CodeRun, contex
   ].join("\n");
   const run = await executeSeparated(sandbox, script, { env: mergeEnv(context.env, undefined), stdin: payload.code, timeout: payload.timeout });
   if (run.exitCode === 127 && run.stdout === missing) {
-    return toolFailure(
-      "interpreter_missing",
-      `No ${payload.language} interpreter in this sandbox (looked for ${names.join(", ")} on PATH)`,
-      payload.language,
-    );
+    // Core has no code of its own for this: the sandbox does not support the language.
+    return toolFailure("unsupported", `No ${payload.language} interpreter in this sandbox (looked for ${names.join(", ")} on PATH)`);
   }
-  if (run.timedOut) return timeoutFailure(payload.timeout, run);
+  if (run.timedOut) return timeoutFailure(payload.timeout);
   const error = run.exitCode === 0 ? null : run.stderr.trim() || `exited with status ${run.exitCode}`;
   return {
     type: "code_result",
@@ -408,9 +483,9 @@ async function executeSeparated(sandbox: SandboxBackendProtocol, cmd: string, op
   };
 }
 
-function timeoutFailure(seconds: number | undefined, run: SeparatedRun): ToolExecutionFailure {
+function timeoutFailure(seconds: number | undefined): ToolExecutionFailure {
   const limit = seconds === undefined ? "the sandbox's default timeout" : `${seconds} s`;
-  return toolFailure("timeout", `Timed out after ${limit}; the command was killed`, run.stdout || null);
+  return toolFailure("timeout", `Timed out after ${limit}; the command was killed`);
 }
 
 function mergeEnv(base: Readonly<Record<string, string>> | undefined, own: Record<string, string> | undefined): Record<string, string> | undefined {

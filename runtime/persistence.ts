@@ -3,7 +3,7 @@ import { constants } from "node:fs";
 import { link, lstat, lutimes, mkdir, open, readdir, rename, rm, stat, unlink } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { z } from "zod";
-import { StrataError } from "../core/errors.js";
+import { SandboxRegistryError } from "./errors.js";
 import type { SandboxHandle } from "./handle.js";
 import { SandboxSpecSchema, type SandboxSpec } from "./provider.js";
 import { providers as defaultProviders, type ProviderRegistry } from "./registry.js";
@@ -75,7 +75,7 @@ const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 /** An id names one file or directory under the root: letters, digits, `_`, `.`, `-`; not starting with `.`. */
 export function validateSandboxId(id: string): string {
   if (typeof id !== "string" || !ID.test(id)) {
-    throw new StrataError("invalid_argument", `Invalid sandbox id '${String(id).slice(0, 80)}': use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit`);
+    throw new SandboxRegistryError("invalid_argument", `Invalid sandbox id '${String(id).slice(0, 80)}': use up to 128 letters, digits, '_', '.' or '-', starting with a letter or digit`);
   }
   return id;
 }
@@ -117,7 +117,7 @@ export class PersistentSandboxRegistry {
         throw ioError(`use local sandbox '${id}'`, error);
       });
       if (!info.isDirectory() || !ownedByUs(info)) {
-        throw new StrataError("permission_denied", `Local sandbox '${id}' is not a directory the registry can use (a link, a file, or another user's)`);
+        throw new SandboxRegistryError("permission_denied", `Local sandbox '${id}' is not a directory the registry can use (a link, a file, or another user's)`);
       }
     }
     await this.touchLocal(id);
@@ -198,8 +198,8 @@ export class PersistentSandboxRegistry {
     spec?: SandboxSpec | null,
     options: { id?: string; created?: boolean } = {},
   ): Promise<RemoteSandboxRecord> {
-    if (typeof remoteId !== "string" || remoteId === "") throw new StrataError("invalid_argument", "A remote sandbox record needs a remoteId");
-    if (options.created !== undefined && typeof options.created !== "boolean") throw new StrataError("invalid_argument", "created must be a boolean");
+    if (typeof remoteId !== "string" || remoteId === "") throw new SandboxRegistryError("invalid_argument", "A remote sandbox record needs a remoteId");
+    if (options.created !== undefined && typeof options.created !== "boolean") throw new SandboxRegistryError("invalid_argument", "created must be a boolean");
     const parsed = RecordSchema.safeParse({
       version: 1,
       id: validateSandboxId(options.id ?? randomUUID()),
@@ -209,7 +209,7 @@ export class PersistentSandboxRegistry {
       created: options.created === true,
       createdAt: new Date().toISOString(),
     });
-    if (!parsed.success) throw new StrataError("invalid_argument", `Invalid remote sandbox record: ${z.prettifyError(parsed.error)}`);
+    if (!parsed.success) throw new SandboxRegistryError("invalid_argument", `Invalid remote sandbox record: ${z.prettifyError(parsed.error)}`);
     const stored = parsed.data;
     await this.#writeRecord(stored);
     return { ...stored, touchedAt: stored.createdAt };
@@ -218,7 +218,7 @@ export class PersistentSandboxRegistry {
   /** Records the sandbox behind a handle (its provider must give it a remoteId: docker and ssh do). */
   async recordHandle(handle: SandboxHandle, options: { id?: string } = {}): Promise<RemoteSandboxRecord> {
     if (!handle.remoteId) {
-      throw new StrataError("unsupported", `Sandboxes of provider '${handle.provider.name}' do not outlive their process, so they cannot be recorded`);
+      throw new SandboxRegistryError("unsupported", `Sandboxes of provider '${handle.provider.name}' do not outlive their process, so they cannot be recorded`);
     }
     return this.recordRemote(handle.provider.name, handle.remoteId, handle.spec, { ...options, created: handle.created });
   }
@@ -240,7 +240,7 @@ export class PersistentSandboxRegistry {
       }
     } catch (error) {
       if (errorCode(error) === "ENOENT") return undefined;
-      if (errorCode(error) === "ELOOP") throw new StrataError("permission_denied", `Remote sandbox record '${id}' is a symbolic link; refusing to follow it`);
+      if (errorCode(error) === "ELOOP") throw new SandboxRegistryError("permission_denied", `Remote sandbox record '${id}' is a symbolic link; refusing to follow it`);
       throw ioError(`read remote sandbox record '${id}'`, error);
     }
     return { ...parseRecord(id, text), touchedAt: touched.toISOString() };
@@ -311,9 +311,9 @@ export class PersistentSandboxRegistry {
   /** Reattaches to a recorded sandbox through its provider, and marks the record as used. */
   async reattach(id: string): Promise<SandboxHandle> {
     const record = await this.loadRemote(id);
-    if (!record) throw new StrataError("file_not_found", `No remote sandbox is recorded under id '${id}'`);
+    if (!record) throw new SandboxRegistryError("file_not_found", `No remote sandbox is recorded under id '${id}'`);
     const provider = this.#providers.get(record.provider);
-    if (!provider.reattach) throw new StrataError("unsupported", `Sandbox provider '${record.provider}' cannot reattach to sandboxes`);
+    if (!provider.reattach) throw new SandboxRegistryError("unsupported", `Sandbox provider '${record.provider}' cannot reattach to sandboxes`);
     const handle = await provider.reattach(record.remoteId, record.spec ?? undefined, { created: record.created });
     await this.touchRemote(id);
     return handle;
@@ -372,7 +372,7 @@ export class PersistentSandboxRegistry {
       if (create) await mkdir(this.root, { recursive: true, mode: 0o700 });
       const root = await stat(this.root);
       if (!root.isDirectory() || !ownedByUs(root)) {
-        throw new StrataError("permission_denied", "The sandbox registry's root is not a directory of this user; refusing to use it");
+        throw new SandboxRegistryError("permission_denied", "The sandbox registry's root is not a directory of this user; refusing to use it");
       }
       if (create) await mkdir(dir, { mode: 0o700 }).catch((error: unknown) => {
         if (errorCode(error) !== "EEXIST") throw error;
@@ -380,7 +380,7 @@ export class PersistentSandboxRegistry {
       const handle = await open(dir, constants.O_RDONLY | DIRECTORY | NOFOLLOW);
       try {
         const info = await handle.stat();
-        if (!ownedByUs(info)) throw new StrataError("permission_denied", `The sandbox registry's ${name} directory belongs to another user; refusing to use it`);
+        if (!ownedByUs(info)) throw new SandboxRegistryError("permission_denied", `The sandbox registry's ${name} directory belongs to another user; refusing to use it`);
         // mkdir's mode is filtered by the umask and ignored for an existing directory; fchmod cannot be redirected.
         if (create && (info.mode & 0o777) !== 0o700) await handle.chmod(0o700);
       } finally {
@@ -390,7 +390,7 @@ export class PersistentSandboxRegistry {
     } catch (error) {
       if (!create && errorCode(error) === "ENOENT") return undefined;
       if (errorCode(error) === "ELOOP" || errorCode(error) === "ENOTDIR") {
-        throw new StrataError("permission_denied", `The sandbox registry's ${name} directory is a symbolic link or not a directory; refusing to follow it`, { cause: error });
+        throw new SandboxRegistryError("permission_denied", `The sandbox registry's ${name} directory is a symbolic link or not a directory; refusing to follow it`, { cause: error });
       }
       throw ioError("open the sandbox registry directory", error);
     }
@@ -444,16 +444,16 @@ function parseRecord(id: string, text: string): z.output<typeof RecordSchema> {
   try {
     value = JSON.parse(text);
   } catch {
-    throw new StrataError("io_error", `Remote sandbox record '${id}' is not valid JSON`);
+    throw new SandboxRegistryError("io_error", `Remote sandbox record '${id}' is not valid JSON`);
   }
   const parsed = RecordSchema.safeParse(value);
-  if (!parsed.success || parsed.data.id !== id) throw new StrataError("io_error", `Remote sandbox record '${id}' is malformed`);
+  if (!parsed.success || parsed.data.id !== id) throw new SandboxRegistryError("io_error", `Remote sandbox record '${id}' is malformed`);
   return parsed.data;
 }
 
 function pruneCutoff(olderThan: number): number {
   if (typeof olderThan !== "number" || !Number.isFinite(olderThan) || olderThan < 0) {
-    throw new StrataError("invalid_argument", "olderThan must be a non-negative number of milliseconds");
+    throw new SandboxRegistryError("invalid_argument", "olderThan must be a non-negative number of milliseconds");
   }
   return Date.now() - olderThan;
 }
@@ -471,7 +471,7 @@ function errorCode(error: unknown): string | undefined {
 }
 
 /** Host paths stay out of the message; the errno code says what went wrong. */
-function ioError(what: string, error: unknown): StrataError {
-  if (error instanceof StrataError) return error;
-  return new StrataError(errorCode(error) === "EACCES" ? "permission_denied" : "io_error", `Could not ${what} (${errorCode(error) ?? "unknown error"})`, { cause: error });
+function ioError(what: string, error: unknown): SandboxRegistryError {
+  if (error instanceof SandboxRegistryError) return error;
+  return new SandboxRegistryError(errorCode(error) === "EACCES" ? "permission_denied" : "io_error", `Could not ${what} (${errorCode(error) ?? "unknown error"})`, { cause: error });
 }

@@ -2,9 +2,9 @@ import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { StrataError } from "../core/errors.js";
 import type { SandboxBackendProtocol } from "../core/protocol.js";
-import { BackendSandboxClosed, UnsupportedBackendTool } from "./errors.js";
+import { BackendSandboxClosed, BackendUnavailable, InvalidSpec, ProviderError, UnsupportedBackendTool } from "./errors.js";
 import { SandboxHandle } from "./handle.js";
-import { dispatchPayload, isFailure, parsePayload, PAYLOAD_TYPES, TimeoutSchema, type Payload, type PayloadType, type ResultOf } from "./payloads.js";
+import { dispatchPayload, PAYLOAD_TYPES, TimeoutSchema, type Payload, type PayloadType, type ResultOf } from "./payloads.js";
 
 /**
  * What opens sandboxes (OpenRath's `Backend`): a provider says what it can
@@ -22,7 +22,11 @@ export interface SandboxProvider {
   open(spec?: SandboxSpec): Promise<SandboxHandle>;
   /** Closes the sandbox now, whatever its references; must go through `handle.close()`, which tears down once. */
   close(handle: SandboxHandle): Promise<void>;
-  /** Runs a payload; a payload type the provider lacks throws UnsupportedBackendTool. */
+  /**
+   * Runs a payload. A closed handle throws BackendSandboxClosed and a payload
+   * type the provider lacks UnsupportedBackendTool; every failure of the
+   * payload itself comes back as a ToolExecutionFailure.
+   */
   dispatch<P extends Payload>(handle: SandboxHandle, payload: P): Promise<ResultOf<P["type"]>>;
   /**
    * Opens a handle on a sandbox a handle (maybe in another process) left
@@ -110,7 +114,7 @@ export type SandboxSpec = z.input<typeof SandboxSpecSchema>;
 
 export function parseSpec(spec: unknown): SandboxSpec {
   const parsed = SandboxSpecSchema.safeParse(spec ?? {});
-  if (!parsed.success) throw new StrataError("invalid_argument", `Invalid sandbox spec: ${z.prettifyError(parsed.error)}`);
+  if (!parsed.success) throw new InvalidSpec(`Invalid sandbox spec: ${z.prettifyError(parsed.error)}`);
   return parsed.data;
 }
 
@@ -173,8 +177,8 @@ export abstract class SandboxProviderBase implements SandboxProvider {
   }
 
   async reattach(remoteId: string, spec: SandboxSpec = {}, options: ReattachOptions = {}): Promise<SandboxHandle> {
-    if (!this.attach) throw new StrataError("unsupported", `Sandbox provider '${this.name}' cannot reattach to sandboxes`);
-    if (options.created !== undefined && typeof options.created !== "boolean") throw new StrataError("invalid_argument", "options.created must be a boolean");
+    if (!this.attach) throw new ProviderError("unsupported", `Sandbox provider '${this.name}' cannot reattach to sandboxes`);
+    if (options.created !== undefined && typeof options.created !== "boolean") throw new ProviderError("invalid_argument", "options.created must be a boolean");
     const parsed = parseSpec(spec);
     this.#assertAvailable();
     const created = options.created === true;
@@ -194,9 +198,8 @@ export abstract class SandboxProviderBase implements SandboxProvider {
     if (typeof type !== "string" || !supported.has(type as PayloadType)) {
       throw new UnsupportedBackendTool(String(type), this.name, [...supported]);
     }
-    const parsed = parsePayload(payload);
-    if (isFailure(parsed)) return parsed;
-    return (await dispatchPayload(handle.sandbox, parsed, { env: handle.spec.env })) as ResultOf<P["type"]>;
+    // dispatchPayload validates the payload: a bad one is an invalid_argument failure, not a throw.
+    return dispatchPayload(handle.sandbox, payload, { env: handle.spec.env });
   }
 
   #adopt(opened: OpenedSandbox, spec: SandboxSpec, created: boolean): SandboxHandle {
@@ -226,12 +229,12 @@ export abstract class SandboxProviderBase implements SandboxProvider {
 
   #assertAvailable(): void {
     const reason = this.unavailableReason();
-    if (reason !== undefined) throw new StrataError("unavailable", `Sandbox provider '${this.name}' is not available: ${reason}`);
+    if (reason !== undefined) throw new BackendUnavailable(this.name, reason);
   }
 
   #assertOwn(handle: SandboxHandle): void {
     if (handle.provider !== this) {
-      throw new StrataError("invalid_argument", `Sandbox '${handle.id}' was opened by provider '${handle.provider.name}', not '${this.name}'`);
+      throw new ProviderError("invalid_argument", `Sandbox '${handle.id}' was opened by provider '${handle.provider.name}', not '${this.name}'`);
     }
   }
 }

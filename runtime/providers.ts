@@ -3,19 +3,19 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { homedir } from "node:os";
 import { delimiter, join } from "node:path";
-import { StrataError } from "../core/errors.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { DockerSandbox } from "../sandboxes/docker.js";
 import { shellQuote } from "../sandboxes/base.js";
 import { LocalSandbox } from "../sandboxes/local.js";
 import { SshSandbox } from "../sandboxes/ssh.js";
+import { BackendUnavailable, InvalidSpec, ProviderError } from "./errors.js";
 import { measuredColdStart, SandboxProviderBase, type Capabilities, type OpenedSandbox, type SandboxSpec } from "./provider.js";
 import type { ProviderRegistry } from "./registry.js";
 
 /**
  * The four built-in providers. Each `isAvailable` only looks at the
  * environment and the filesystem (no network, no subprocess); `open` is where
- * a provider may find out more and fail with a typed `unavailable` error.
+ * a provider may find out more and fail with BackendUnavailable (`unavailable`).
  *
  * How the spec applies:
  * - `env` reaches every payload dispatched through the handle (all four), and
@@ -49,7 +49,7 @@ export class LocalProvider extends SandboxProviderBase {
   }
 
   protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
-    if (spec.workingDir !== undefined) await mkdir(spec.workingDir, { recursive: true });
+    if (spec.workingDir !== undefined) await makeWorkingDir(spec.workingDir);
     return { sandbox: new LocalSandbox({ workspace: spec.workingDir }) };
   }
 }
@@ -71,8 +71,8 @@ export class BubblewrapProvider extends SandboxProviderBase {
   protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
     // bwrap being installed is not enough (user namespaces may be off): one probe run says, once per process.
     const reason = await BubblewrapSandbox.unavailableReason();
-    if (reason !== undefined) throw new StrataError("unavailable", `Sandbox provider '${this.name}' is not available: ${reason}`);
-    if (spec.workingDir !== undefined) await mkdir(spec.workingDir, { recursive: true });
+    if (reason !== undefined) throw new BackendUnavailable(this.name, reason);
+    if (spec.workingDir !== undefined) await makeWorkingDir(spec.workingDir);
     return { sandbox: new BubblewrapSandbox({ workspace: spec.workingDir, env: spec.env }) };
   }
 }
@@ -105,7 +105,7 @@ export class DockerProvider extends SandboxProviderBase {
 
   protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
     const image = spec.image ?? process.env.STRATA_DOCKER_IMAGE;
-    if (!image) throw new StrataError("invalid_argument", "The docker provider needs an image: set spec.image or STRATA_DOCKER_IMAGE");
+    if (!image) throw new InvalidSpec("The docker provider needs an image: set spec.image or STRATA_DOCKER_IMAGE");
     // The lifetime is also enforced inside the container, so it holds if this process dies first.
     const sandbox = await DockerSandbox.create({ ...this.#options(spec), image, labels: { "strata.provider": this.name }, lifetime: spec.timeout });
     return { sandbox, remoteId: sandbox.id };
@@ -174,8 +174,8 @@ export class SshProvider extends SandboxProviderBase {
     const hostKeyFile = process.env.STRATA_SSH_HOST_KEY;
     const sandbox = await SshSandbox.connect({
       ...target,
-      privateKey: readFileSync(process.env.STRATA_SSH_KEY!),
-      hostKey: hostKeyFile ? readFileSync(hostKeyFile, "utf8").trim() : undefined,
+      privateKey: readConfigFile("STRATA_SSH_KEY", process.env.STRATA_SSH_KEY!),
+      hostKey: hostKeyFile ? readConfigFile("STRATA_SSH_HOST_KEY", hostKeyFile).toString("utf8").trim() : undefined,
       knownHosts: hostKeyFile ? undefined : process.env.STRATA_SSH_KNOWN_HOSTS || join(homedir(), ".ssh", "known_hosts"),
       env: spec.env,
     });
@@ -184,7 +184,7 @@ export class SshProvider extends SandboxProviderBase {
       const chmod = await sandbox.execute(`chmod 700 ${shellQuote(target.workspace)}`);
       if (chmod.exitCode !== 0) {
         await sandbox.close();
-        throw new StrataError("permission_denied", "Cannot make the remote workspace private");
+        throw new ProviderError("permission_denied", "Cannot make the remote workspace private");
       }
     }
     return {
@@ -221,10 +221,10 @@ function parseSshUrl(remoteId: string): SshTarget {
   try {
     url = new URL(remoteId);
   } catch {
-    throw new StrataError("invalid_argument", "An ssh sandbox's remoteId must be an ssh://user@host:port/workspace URL");
+    throw new ProviderError("invalid_argument", "An ssh sandbox's remoteId must be an ssh://user@host:port/workspace URL");
   }
   if (url.protocol !== "ssh:" || !url.username || !url.hostname || url.pathname.length < 2) {
-    throw new StrataError("invalid_argument", "An ssh sandbox's remoteId must be an ssh://user@host:port/workspace URL");
+    throw new ProviderError("invalid_argument", "An ssh sandbox's remoteId must be an ssh://user@host:port/workspace URL");
   }
   return {
     host: url.hostname.replace(/^\[(.*)\]$/, "$1"),
@@ -243,6 +243,34 @@ export function registerBuiltinProviders(registry: ProviderRegistry): void {
 }
 
 // ---------------------------------------------------------------- environment
+
+/** Creates a host workspace directory; a failure is a ProviderError naming the errno code, not the host path. */
+async function makeWorkingDir(dir: string): Promise<void> {
+  try {
+    await mkdir(dir, { recursive: true });
+  } catch (error) {
+    throw hostFileError("create the working directory", error);
+  }
+}
+
+/** Reads a file the environment names (a key); a failure names the variable, not the host path. */
+function readConfigFile(variable: string, path: string): Buffer {
+  try {
+    return readFileSync(path);
+  } catch (error) {
+    throw hostFileError(`read the file named by ${variable}`, error);
+  }
+}
+
+function hostFileError(what: string, error: unknown): ProviderError {
+  const errno = (error as NodeJS.ErrnoException | undefined)?.code;
+  const code =
+    errno === "ENOENT" ? "file_not_found"
+    : errno === "EACCES" || errno === "EPERM" ? "permission_denied"
+    : errno === "ENOTDIR" || errno === "EEXIST" ? "invalid_argument" // a file where a directory is wanted
+    : "io_error";
+  return new ProviderError(code, `Could not ${what} (${errno ?? "unknown error"})`, { cause: error });
+}
 
 function dockerHost(): { socketPath?: string } {
   const value = process.env.STRATA_DOCKER_HOST || process.env.DOCKER_HOST || "/var/run/docker.sock";

@@ -1,5 +1,4 @@
-import { StrataError } from "../core/errors.js";
-import { BackendNotFound } from "./errors.js";
+import { BackendNotFound, ProviderRegistrationError } from "./errors.js";
 import type { SandboxProvider } from "./provider.js";
 
 /**
@@ -36,9 +35,9 @@ export class ProviderRegistry {
 
   /** Registers a provider class or factory under `name`; a name can be registered once. */
   register<P extends SandboxProvider>(name: string, source: ProviderSource<P>): ProviderSource<P> {
-    if (!NAME.test(name)) throw new StrataError("invalid_argument", `Invalid provider name '${name}': use lowercase letters, digits, '-' and '_'`);
-    if (typeof source !== "function") throw new StrataError("invalid_argument", `Provider '${name}' must be a class or a factory function`);
-    if (this.#sources.has(name)) throw new StrataError("already_exists", `Sandbox provider '${name}' is already registered`);
+    if (!NAME.test(name)) throw new ProviderRegistrationError("invalid_argument", `Invalid provider name '${name}': use lowercase letters, digits, '-' and '_'`);
+    if (typeof source !== "function") throw new ProviderRegistrationError("invalid_argument", `Provider '${name}' must be a class or a factory function`);
+    if (this.#sources.has(name)) throw new ProviderRegistrationError("already_exists", `Sandbox provider '${name}' is already registered`);
     this.#sources.set(name, source);
     return source;
   }

@@ -1,6 +1,6 @@
 import { StrataError } from "../core/errors.js";
 import { timeoutSeconds } from "../core/limits.js";
-import { StreamFailed } from "./errors.js";
+import { StreamError, StreamFailed } from "./errors.js";
 import type { Payload, ResultOf } from "./payloads.js";
 
 /**
@@ -8,9 +8,10 @@ import type { Payload, ResultOf } from "./payloads.js";
  * one item at a time in submission order; `recordEvent()` marks a point in the
  * queue, `waitEvent()` makes later work wait for a point in another stream.
  *
- * A payload that fails returns a ToolExecutionFailure like any result and the
- * stream goes on. A dispatch that *throws* (sandbox closed, unsupported
- * payload, a bug) stops the stream: that future rejects with the error and
+ * A payload that fails returns a ToolExecutionFailure (`{ error: { code,
+ * message, path? } }`) like any result and the stream goes on. A dispatch
+ * that *throws* (sandbox closed, unsupported payload, a bug) stops the
+ * stream: that future rejects with the error and
  * every queued future, event and later submission rejects with StreamFailed,
  * so nothing waits forever on work that will never run.
  */
@@ -58,7 +59,7 @@ export class Future<T> implements PromiseLike<T> {
   result(): T {
     if (this.#state === "fulfilled") return this.#value as T;
     if (this.#state === "rejected") throw this.#error;
-    throw new StrataError("conflict", "The future is still pending; await it instead");
+    throw new StreamError("conflict", "The future is still pending; await it instead");
   }
 
   then<R1 = T, R2 = never>(
@@ -105,13 +106,13 @@ export class StreamEvent {
   wait(seconds?: number): Promise<void> {
     if (seconds === undefined) return this.#done;
     try {
-      timeoutSeconds(seconds);
+      checkSeconds(seconds);
     } catch (error) {
       return Promise.reject(error);
     }
     let timer: ReturnType<typeof setTimeout> | undefined;
     const timedOut = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new StrataError("timeout", `Event not reached within ${seconds} s`)), seconds * 1000);
+      timer = setTimeout(() => reject(new StreamError("timeout", `Event not reached within ${seconds} s`)), seconds * 1000);
     });
     return Promise.race([this.#done, timedOut]).finally(() => clearTimeout(timer));
   }
@@ -124,7 +125,7 @@ export class StreamEvent {
   /** Milliseconds from this event to `end`; both must have completed. */
   elapsedTime(end: StreamEvent): number {
     if (this.#time === undefined || end.#time === undefined) {
-      throw new StrataError("invalid_argument", "elapsedTime needs both events to have completed");
+      throw new StreamError("invalid_argument", "elapsedTime needs both events to have completed");
     }
     return end.#time - this.#time;
   }
@@ -178,14 +179,14 @@ export class Stream implements AsyncDisposable {
    */
   waitEvent(event: StreamEvent, seconds?: number): void {
     // Checked now, so a bad duration is the caller's error and does not fail the stream later.
-    if (seconds !== undefined) timeoutSeconds(seconds);
+    if (seconds !== undefined) checkSeconds(seconds);
     if (this.#refusal()) return;
     this.#enqueue({ kind: "wait", event, timeoutSeconds: seconds });
   }
 
   /** Work submitted after this call waits for everything submitted to `other` so far. */
   waitStream(other: Stream, seconds?: number): void {
-    if (seconds !== undefined) timeoutSeconds(seconds);
+    if (seconds !== undefined) checkSeconds(seconds);
     this.waitEvent(other.recordEvent(), seconds);
   }
 
@@ -275,5 +276,14 @@ export class Stream implements AsyncDisposable {
       // A queued wait holds another stream's event: that one is not ours to fail.
       else if (operation.kind === "record") StreamEvent.fail(operation.event, this.#failure);
     }
+  }
+}
+
+/** Core's rule for a duration (what a timer can hold), failing with a StreamError. */
+function checkSeconds(seconds: number): number {
+  try {
+    return timeoutSeconds(seconds);
+  } catch (error) {
+    throw new StreamError("invalid_argument", (error as Error).message, { cause: error });
   }
 }

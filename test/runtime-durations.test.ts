@@ -64,9 +64,9 @@ describe("durations past what a timer can hold", () => {
     // Untrusted payloads (JSON from a model) get a failure; the builders throw the same typed error.
     const raw = { type: "command.run", cmd: "echo ran", timeout: THIRTY_DAYS } as unknown as Payload;
     const result = await handle.dispatch(raw);
-    expect(result).toMatchObject({ type: "failure", kind: "invalid_argument", message: expect.stringMatching(/largest a timer can honour/) });
+    expect(result).toEqual({ error: { code: "invalid_argument", message: expect.stringMatching(/largest a timer can honour/) } });
     const code = await handle.dispatch({ type: "code.run", code: "echo ran", language: "sh", timeout: THIRTY_DAYS } as unknown as Payload);
-    expect(code).toMatchObject({ type: "failure", kind: "invalid_argument" });
+    expect(code).toMatchObject({ error: { code: "invalid_argument" } });
     expect(() => commandRun({ cmd: "echo ran", timeout: THIRTY_DAYS })).toThrow(/largest a timer can honour/);
     expect(invalid(thrown(() => codeRun({ code: "1", timeout: -1 })))).toBe(true);
     // The largest timeout runs the command normally.

@@ -174,7 +174,7 @@ describe("sandbox handle reference counting", () => {
       const result = await handle.dispatch(commandRun({ cmd: 'echo "$GREETING $WHO"', env: { WHO: "payload" } }));
       expect(result).toMatchObject({ stdout: "hello payload\n" });
       const read = await handle.dispatch(filesRead({ path: "/missing" }));
-      expect(read).toMatchObject({ type: "failure", kind: "file_not_found" });
+      expect(read).toEqual({ error: { code: "file_not_found", message: "File '/missing' not found", path: "/missing" } });
     } finally {
       await provider.close(handle);
     }

@@ -98,15 +98,15 @@ describe.each(targets)("payloads on the $provider provider", ({ provider: name, 
     expect(await handle.dispatch(commandRun({ cmd: "echo before; exit 7; echo after" }))).toMatchObject({ stdout: "before\n", stderr: "", exitCode: 7 });
   });
 
-  it("command.run fails with kind timeout when its timeout passes", async () => {
+  it("command.run fails with code timeout when its timeout passes", async () => {
     const started = performance.now();
     const result = await handle.dispatch(commandRun({ cmd: "echo started; sleep 30", timeout: 1 }));
-    expect(result).toMatchObject({ type: "failure", kind: "timeout", message: "Timed out after 1 s; the command was killed" });
+    expect(result).toEqual({ error: { code: "timeout", message: "Timed out after 1 s; the command was killed" } });
     expect(performance.now() - started).toBeLessThan(10_000);
   });
 
   it("command.run with a missing cwd fails as file_not_found", async () => {
-    expect(await handle.dispatch(commandRun({ cmd: "pwd", cwd: "/no/such/dir" }))).toMatchObject({ type: "failure", kind: "file_not_found" });
+    expect(await handle.dispatch(commandRun({ cmd: "pwd", cwd: "/no/such/dir" }))).toMatchObject({ error: { code: "file_not_found", path: "/no/such/dir" } });
   });
 
   it("files.write and files.read round-trip text and bytes", async () => {
@@ -118,7 +118,7 @@ describe.each(targets)("payloads on the $provider provider", ({ provider: name, 
     const raw = await handle.dispatch(filesRead({ path: "/bin.dat", encoding: null }));
     expect(raw.type).toBe("file_content");
     if (raw.type === "file_content") expect(Array.from(raw.data as Uint8Array)).toEqual(Array.from(binary));
-    expect(await handle.dispatch(filesRead({ path: "/bin.dat" }))).toMatchObject({ type: "failure", kind: "binary_file" });
+    expect(await handle.dispatch(filesRead({ path: "/bin.dat" }))).toMatchObject({ error: { code: "binary_file", path: "/bin.dat" } });
     // files.write replaces an existing file.
     await handle.dispatch(filesWrite({ path: "/docs/notes.md", data: bytes("v2") }));
     expect(await handle.dispatch(filesRead({ path: "/docs/notes.md" }))).toMatchObject({ data: "v2" });
@@ -133,18 +133,15 @@ describe.each(targets)("payloads on the $provider provider", ({ provider: name, 
 
   it("file payloads fail with typed failures, never throws", async () => {
     expect(await handle.dispatch(filesRead({ path: "/missing.txt" }))).toEqual({
-      type: "failure",
-      kind: "file_not_found",
-      message: "File '/missing.txt' not found",
-      detail: null,
+      error: { code: "file_not_found", message: "File '/missing.txt' not found", path: "/missing.txt" },
     });
-    expect(await handle.dispatch(filesRead({ path: "/docs" }))).toMatchObject({ type: "failure", kind: "is_directory" });
-    expect(await handle.dispatch(filesRead({ path: "/../etc/passwd" }))).toMatchObject({ type: "failure", kind: "invalid_path" });
-    expect(await handle.dispatch(filesWrite({ path: "/", data: "x" }))).toMatchObject({ type: "failure", kind: "is_directory" });
-    expect(await handle.dispatch(filesWrite({ path: "/docs", data: "x" }))).toMatchObject({ type: "failure", kind: "is_directory" });
-    expect(await handle.dispatch(filesList({ path: "~/x" }))).toMatchObject({ type: "failure", kind: "invalid_path" });
-    expect(await handle.dispatch({ type: "files.write", path: "/x" } as never)).toMatchObject({ type: "failure", kind: "invalid_argument" });
-    expect(await handle.dispatch({ type: "command.run", cmd: "true", extra: 1 } as never)).toMatchObject({ type: "failure", kind: "invalid_argument" });
+    expect(await handle.dispatch(filesRead({ path: "/docs" }))).toMatchObject({ error: { code: "is_directory", path: "/docs" } });
+    expect(await handle.dispatch(filesRead({ path: "/../etc/passwd" }))).toMatchObject({ error: { code: "invalid_path", path: "/../etc/passwd" } });
+    expect(await handle.dispatch(filesWrite({ path: "/", data: "x" }))).toMatchObject({ error: { code: "is_directory", path: "/" } });
+    expect(await handle.dispatch(filesWrite({ path: "/docs", data: "x" }))).toMatchObject({ error: { code: "is_directory", path: "/docs" } });
+    expect(await handle.dispatch(filesList({ path: "~/x" }))).toMatchObject({ error: { code: "invalid_path", path: "~/x" } });
+    expect(await handle.dispatch({ type: "files.write", path: "/x" } as never)).toMatchObject({ error: { code: "invalid_argument" } });
+    expect(await handle.dispatch({ type: "command.run", cmd: "true", extra: 1 } as never)).toMatchObject({ error: { code: "invalid_argument" } });
   });
 
   it("an unknown payload type throws UnsupportedBackendTool", async () => {
@@ -183,8 +180,8 @@ describe.each(targets)("payloads on the $provider provider", ({ provider: name, 
     if (lacks.includes(language)) expect(present).toBe(false);
     const result = await handle.dispatch(codeRun({ code: PROGRAMS[language], language }));
     if (!present) {
-      expect(result).toMatchObject({ type: "failure", kind: "interpreter_missing", detail: language });
-      if (result.type === "failure") expect(result.message).toMatch(new RegExp(`^No ${language} interpreter in this sandbox \\(looked for `));
+      // Core has no code of its own for a missing interpreter: the sandbox does not support the language.
+      expect(result).toEqual({ error: { code: "unsupported", message: expect.stringMatching(new RegExp(`^No ${language} interpreter in this sandbox \\(looked for `)) } });
       return;
     }
     // The program's quotes and `$HOME` arrive untouched: it travels on stdin, not through a shell's argv.
@@ -205,6 +202,8 @@ describe.each(targets)("payloads on the $provider provider", ({ provider: name, 
   });
 
   it("code.run times out", async () => {
-    expect(await handle.dispatch(codeRun({ code: "sleep 30", language: "sh", timeout: 1 }))).toMatchObject({ type: "failure", kind: "timeout" });
+    expect(await handle.dispatch(codeRun({ code: "sleep 30", language: "sh", timeout: 1 }))).toEqual({
+      error: { code: "timeout", message: "Timed out after 1 s; the command was killed" },
+    });
   });
 });

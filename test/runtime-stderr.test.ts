@@ -39,14 +39,14 @@ describe.each(targets)("stderr capture on the $provider provider", ({ provider: 
 
   it("a timed-out command.run leaves nothing of what it printed", async () => {
     const run = await handle.dispatch(commandRun({ cmd: "echo secret-out; echo secret-err >&2; sleep 30", timeout: 1, env: { TMPDIR: tmp } }));
-    expect(run).toMatchObject({ type: "failure", kind: "timeout" });
+    expect(run).toMatchObject({ error: { code: "timeout" } });
     expect(await listTmp()).toBe("");
   });
 
   it("a timed-out code.run leaves nothing of what it printed", async () => {
     // code.run takes its env from the spec: dispatch it as the handle does, with TMPDIR in that env.
     const run = await dispatchPayload(handle.sandbox, codeRun({ code: "echo secret-err >&2; sleep 30", language: "sh", timeout: 1 }), { env: { TMPDIR: tmp } });
-    expect(run).toMatchObject({ type: "failure", kind: "timeout" });
+    expect(run).toMatchObject({ error: { code: "timeout" } });
     expect(await listTmp()).toBe("");
   });
 

@@ -64,8 +64,8 @@ describe("stream", () => {
     const invalid = stream.submit({ type: "files.read", path: 42 } as never);
     const last = stream.submit(filesRead({ path: "/a.txt" }));
     expect(await settlesWithin(first)).toMatchObject({ type: "file_write_result", bytesWritten: 1 });
-    expect(await settlesWithin(failing)).toMatchObject({ type: "failure", kind: "file_not_found", message: "File '/missing.txt' not found" });
-    expect(await settlesWithin(invalid)).toMatchObject({ type: "failure", kind: "invalid_argument" });
+    expect(await settlesWithin(failing)).toEqual({ error: { code: "file_not_found", message: "File '/missing.txt' not found", path: "/missing.txt" } });
+    expect(await settlesWithin(invalid)).toMatchObject({ error: { code: "invalid_argument" } });
     expect(await settlesWithin(last)).toMatchObject({ type: "file_content", data: "a" });
     expect(stream.failure).toBeUndefined();
   });
