@@ -19,6 +19,7 @@ import {
   checkBatchConsistent,
   checkBatchQuota,
   namespaceKey,
+  newerLayout,
   prefixEnd,
   storeClosed,
   versionConflict,
@@ -499,49 +500,40 @@ export class PostgresStore implements Store {
     return this.schemaReady;
   }
 
+  /**
+   * Brings the table to the current layout (see MIGRATIONS): creates it when
+   * missing, migrates an older layout, refuses a newer one (`unsupported`).
+   * A current table is only read. Otherwise the work runs in one transaction
+   * under an advisory lock of the table, the version read again once the lock
+   * is held, so stores opening an old or fresh table at once migrate it once.
+   */
   private async createSchema(): Promise<void> {
     const schema = this.options.schema ?? "public";
     const table = this.options.table ?? "strata_files";
-    const name = (suffix: string) => `${pg().escapeIdentifier(schema)}.${pg().escapeIdentifier(`${table}${suffix}`)}`;
-    const { rows } = await this.pool.query<{ ready: boolean }>(
-      `SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AS ready`,
-      [name(""), name("_dir"), name("_version")],
-    );
-    if (rows[0]?.ready) return;
+    const seen = await this.layoutVersion(this.pool);
+    if (seen.version === SCHEMA_VERSION && seen.complete) return;
+    refuseUnknown(seen.version);
     const client = await this.pool.connect();
     const ignore = () => {};
     client.on("error", ignore);
     try {
       await client.query("BEGIN");
-      // Stores starting together on a fresh database would race on CREATE ... IF NOT EXISTS.
+      // Stores starting together would race on CREATE ... IF NOT EXISTS, or both migrate.
       await client.query("SELECT pg_advisory_xact_lock(hashtext($1))", [`strata:${schema}.${table}`]);
-      await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg().escapeIdentifier(schema)}`);
-      await client.query(`CREATE TABLE IF NOT EXISTS ${this.table} (
-        ns text COLLATE "C" NOT NULL,
-        key text COLLATE "C" NOT NULL,
-        dir text COLLATE "C" NOT NULL,
-        version bigint NOT NULL,
-        encoding text NOT NULL,
-        content text NOT NULL,
-        original text,
-        size bigint NOT NULL,
-        created_at text NOT NULL,
-        modified_at text NOT NULL,
-        PRIMARY KEY (ns, key))`);
-      await client.query(`CREATE INDEX IF NOT EXISTS ${pg().escapeIdentifier(`${table}_dir`)} ON ${this.table} (ns, dir)`);
-      await client.query(`CREATE SEQUENCE IF NOT EXISTS ${this.sequence}`);
-      // Without pg_trgm (no privilege to create it) search still works, by scanning.
-      await client.query("SAVEPOINT trigram");
-      try {
-        await client.query("CREATE EXTENSION IF NOT EXISTS pg_trgm");
+      const { version, complete } = await this.layoutVersion(client);
+      refuseUnknown(version);
+      if (version !== SCHEMA_VERSION || !complete) {
+        if (version === undefined || version === SCHEMA_VERSION) {
+          // Nothing there yet, or a current layout missing a part (a table dropped behind the store's back).
+          await this.createLayout(client);
+        } else {
+          for (const step of MIGRATIONS.slice(version)) await step(client, this.names());
+        }
         await client.query(
-          `CREATE INDEX IF NOT EXISTS ${pg().escapeIdentifier(`${table}_trgm`)} ON ${this.table} USING gin (content gin_trgm_ops) WHERE encoding <> 'base64'`,
+          `INSERT INTO ${this.names().meta} (name, value) VALUES ('schema_version', $1) ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value`,
+          [SCHEMA_VERSION],
         );
-        await client.query("RELEASE SAVEPOINT trigram");
-      } catch (error) {
-        if (storeError(error).code === "unavailable") throw error;
-        await client.query("ROLLBACK TO SAVEPOINT trigram");
-      }
+      } // else another store brought it up to date while this one waited for the lock.
       await client.query("COMMIT");
     } catch (error) {
       await client.query("ROLLBACK").catch(() => {});
@@ -551,6 +543,102 @@ export class PostgresStore implements Store {
       client.release();
     }
   }
+
+  /** The qualified names of the store's relations. */
+  private names(): LayoutNames {
+    const schema = this.options.schema ?? "public";
+    const table = this.options.table ?? "strata_files";
+    const name = (suffix: string) => `${pg().escapeIdentifier(schema)}.${pg().escapeIdentifier(`${table}${suffix}`)}`;
+    return { table: this.table, dir: name("_dir"), sequence: this.sequence, meta: name("_meta") };
+  }
+
+  /**
+   * The recorded layout version: the meta table's, else 0 when the files
+   * table exists without one (the layout before versions), else undefined
+   * (nothing there). `complete` says the table, its directory index and its
+   * sequence all exist.
+   */
+  private async layoutVersion(db: Pool | PoolClient): Promise<{ version: number | undefined; complete: boolean }> {
+    const names = this.names();
+    const { rows } = await db.query<{ meta: boolean; files: boolean; complete: boolean }>(
+      `SELECT to_regclass($1) IS NOT NULL AS meta, to_regclass($2) IS NOT NULL AS files,
+              to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL AS complete`,
+      [names.meta, names.table, names.dir, names.sequence],
+    );
+    const found = rows[0]!;
+    if (!found.meta) return { version: found.files ? 0 : undefined, complete: found.complete };
+    const meta = await db.query<{ value: string }>(`SELECT value FROM ${names.meta} WHERE name = 'schema_version'`);
+    const version = meta.rows[0] ? Number(meta.rows[0].value) : found.files ? 0 : undefined;
+    return { version, complete: found.complete };
+  }
+
+  /** The current layout, each part created if missing, inside the caller's transaction. */
+  private async createLayout(client: PoolClient): Promise<void> {
+    const schema = this.options.schema ?? "public";
+    const table = this.options.table ?? "strata_files";
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg().escapeIdentifier(schema)}`);
+    await client.query(`CREATE TABLE IF NOT EXISTS ${this.table} (
+      ns text COLLATE "C" NOT NULL,
+      key text COLLATE "C" NOT NULL,
+      dir text COLLATE "C" NOT NULL,
+      version bigint NOT NULL,
+      encoding text NOT NULL,
+      content text NOT NULL,
+      original text,
+      size bigint NOT NULL,
+      created_at text NOT NULL,
+      modified_at text NOT NULL,
+      PRIMARY KEY (ns, key))`);
+    await client.query(`CREATE INDEX IF NOT EXISTS ${pg().escapeIdentifier(`${table}_dir`)} ON ${this.table} (ns, dir)`);
+    await client.query(`CREATE SEQUENCE IF NOT EXISTS ${this.sequence}`);
+    // Without pg_trgm (no privilege to create it) search still works, by scanning.
+    await client.query("SAVEPOINT trigram");
+    try {
+      await client.query("CREATE EXTENSION IF NOT EXISTS pg_trgm");
+      await client.query(
+        `CREATE INDEX IF NOT EXISTS ${pg().escapeIdentifier(`${table}_trgm`)} ON ${this.table} USING gin (content gin_trgm_ops) WHERE encoding <> 'base64'`,
+      );
+      await client.query("RELEASE SAVEPOINT trigram");
+    } catch (error) {
+      if (storeError(error).code === "unavailable") throw error;
+      await client.query("ROLLBACK TO SAVEPOINT trigram");
+    }
+    await client.query(metaTable(this.names()));
+  }
+}
+
+/** The store's relations, schema-qualified and quoted. */
+interface LayoutNames {
+  table: string;
+  dir: string;
+  sequence: string;
+  meta: string;
+}
+
+/** The table that records the layout version (name `schema_version`). */
+function metaTable(names: LayoutNames): string {
+  return `CREATE TABLE IF NOT EXISTS ${names.meta} (name text PRIMARY KEY, value bigint NOT NULL)`;
+}
+
+/**
+ * The layout steps: MIGRATIONS[n] takes a table written in layout n to layout
+ * n + 1, so the current layout is version MIGRATIONS.length, recorded in the
+ * `<table>_meta` table. Version 0 is the layout from before versions were
+ * recorded (a files table without a meta table). A change of layout edits
+ * createLayout and appends one step here; the steps run in order in one
+ * transaction, with the new version, and must keep every record.
+ */
+const MIGRATIONS: ReadonlyArray<(client: PoolClient, names: LayoutNames) => Promise<unknown>> = [
+  // 0 -> 1: the version is recorded, in a table of its own; the files table is unchanged.
+  (client, names) => client.query(metaTable(names)),
+];
+
+/** The layout this code writes and reads. */
+const SCHEMA_VERSION = MIGRATIONS.length;
+
+/** Refuses a recorded version this code does not know (`unsupported`). */
+function refuseUnknown(version: number | undefined): void {
+  if (version !== undefined && (version > SCHEMA_VERSION || version < 0)) throw newerLayout("PostgreSQL", version, SCHEMA_VERSION);
 }
 
 /**

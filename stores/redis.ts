@@ -16,6 +16,7 @@ import {
 import {
   checkBatchConsistent,
   namespaceKey,
+  newerLayout,
   prefixEnd,
   storeClosed,
   versionConflict,
@@ -244,6 +245,43 @@ for _, key in ipairs(keys) do
 end
 return out`;
 
+/**
+ * The layout steps, as Lua run inside OPEN with `P` the store's key prefix:
+ * MIGRATIONS[n] takes the keys under the prefix from layout n to n + 1, so
+ * the current layout is version MIGRATIONS.length, recorded in the key
+ * `<prefix>schema`. Version 0 is the layout from before versions were
+ * recorded (no such key); a prefix with no keys at all is also taken as
+ * version 0, so every step must leave an empty prefix as it is. A change of
+ * layout edits the scripts above and appends one step here; OPEN runs the
+ * steps and records the version in one atomic script, and a step must keep
+ * every record.
+ */
+const MIGRATIONS: readonly string[] = [
+  // 0 -> 1: the version key itself; no record changes.
+  "",
+];
+
+/** The layout this code writes and reads. */
+const SCHEMA_VERSION = MIGRATIONS.length;
+
+/**
+ * ARGV: the version key, the key prefix. Migrates an older layout and
+ * records the current version; a current one is only read (nothing written);
+ * a newer or unreadable version is refused (`STRATA_NEWER <found>`). Returns
+ * the version found.
+ */
+const OPEN = `
+local P = ARGV[2]
+local found = redis.call("GET", ARGV[1])
+local version = tonumber(found or "0")
+if version == nil or version ~= math.floor(version) or version < 0 or version > ${SCHEMA_VERSION} then
+  return redis.error_reply("STRATA_NEWER " .. found)
+end
+if version == ${SCHEMA_VERSION} then return version end
+${MIGRATIONS.map((step, n) => `if version <= ${n} then\n${step}\nend`).join("\n")}
+redis.call("SET", ARGV[1], ${SCHEMA_VERSION})
+return version`;
+
 interface Script {
   lua: string;
   sha: string;
@@ -260,6 +298,7 @@ const SCRIPTS = {
   list: script(LIST),
   listDirectory: script(LIST_DIRECTORY),
   search: script(SEARCH),
+  open: script(OPEN),
 };
 
 /**
@@ -281,6 +320,8 @@ export class RedisStore implements Store {
   private readonly maxValueSize: number;
   private readonly quota: Quota | undefined;
   private closed = false;
+  /** Settles once the layout is current (checked, migrated if older) on first use; a failure is retried on the next call. */
+  private layoutReady: Promise<void> | undefined;
 
   constructor(options: RedisStoreOptions) {
     this.keyPrefix = options.keyPrefix ?? "strata:";
@@ -455,25 +496,48 @@ export class RedisStore implements Store {
     return `${this.keyPrefix}{${namespaceKey(namespace)}}:`;
   }
 
+  private run(code: Script, args: string[]): Promise<unknown> {
+    return this.call(() => this.evaluate(code, args));
+  }
+
   /** Runs a script by its hash, sending the source only when the server has not cached it (first use, or after a restart). */
-  private async run(code: Script, args: string[]): Promise<unknown> {
-    return this.call(async () => {
-      try {
-        // An array argument is flattened by ioredis; spreading a large batch would overflow the stack.
-        return await this.client.evalsha(code.sha, 0, args);
-      } catch (error) {
-        if (!(error instanceof Error) || !error.message.startsWith("NOSCRIPT")) throw error;
-        return await this.client.eval(code.lua, 0, args);
-      }
-    });
+  private async evaluate(code: Script, args: string[]): Promise<unknown> {
+    try {
+      // An array argument is flattened by ioredis; spreading a large batch would overflow the stack.
+      return await this.client.evalsha(code.sha, 0, args);
+    } catch (error) {
+      if (!(error instanceof Error) || !error.message.startsWith("NOSCRIPT")) throw error;
+      return await this.client.eval(code.lua, 0, args);
+    }
   }
 
   private async call<T>(command: () => Promise<T>): Promise<T> {
     if (this.closed) throw storeClosed();
     try {
+      await this.ready();
       return await command();
     } catch (error) {
       throw storeError(error);
+    }
+  }
+
+  private ready(): Promise<void> {
+    this.layoutReady ??= this.openLayout().catch((error: unknown) => {
+      this.layoutReady = undefined;
+      throw error;
+    });
+    return this.layoutReady;
+  }
+
+  /** Brings the keys under the prefix to the current layout, or refuses a newer one (`unsupported`). */
+  private async openLayout(): Promise<void> {
+    try {
+      await this.evaluate(SCRIPTS.open, [`${this.keyPrefix}schema`, this.keyPrefix]);
+    } catch (error) {
+      const newer = error instanceof Error ? /STRATA_NEWER (.*)$/s.exec(error.message) : null;
+      if (!newer) throw storeError(error);
+      const found = newer[1]!;
+      throw newerLayout("Redis", /^\d+$/.test(found) ? Number(found) : JSON.stringify(found.slice(0, 40)), SCHEMA_VERSION);
     }
   }
 }

@@ -10,6 +10,7 @@ import {
   checkBatchConsistent,
   checkBatchQuota,
   namespaceKey,
+  newerLayout,
   prefixEnd,
   storeClosed,
   versionConflict,
@@ -56,7 +57,8 @@ const SMALL_SCOPE = 4096;
 const SEARCH_CHUNK = 256;
 
 /**
- * The whole schema. A file is a row keyed by (namespace id, path) with its
+ * The whole schema, as a new database gets it (the current layout; see
+ * MIGRATIONS). A file is a row keyed by (namespace id, path) with its
  * parent directory indexed, so a listing reads only that directory's rows.
  * `strata_dirs` counts the files under each directory (maintained on put and
  * delete), so child directories come from an index too, never from a scan of
@@ -67,7 +69,7 @@ const SEARCH_CHUNK = 256;
  */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS strata_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-INSERT OR IGNORE INTO strata_meta (name, value) VALUES ('schema', 1), ('version', 0);
+INSERT OR IGNORE INTO strata_meta (name, value) VALUES ('version', 0);
 CREATE TABLE IF NOT EXISTS strata_namespaces (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS strata_files (
   id INTEGER PRIMARY KEY,
@@ -106,6 +108,22 @@ CREATE TRIGGER IF NOT EXISTS strata_files_update AFTER UPDATE OF content, encodi
   INSERT INTO strata_text (rowid, content) SELECT new.id, new.content WHERE new.encoding <> 'base64';
 END;
 `;
+
+/**
+ * The layout steps: MIGRATIONS[n] takes a database written in layout n to
+ * layout n + 1, so the current layout is version MIGRATIONS.length, recorded
+ * in `PRAGMA user_version`. Version 0 is the layout from before versions were
+ * recorded (user_version never set). A change of layout edits SCHEMA and
+ * appends one step here; the steps run in order, in one `BEGIN IMMEDIATE`
+ * transaction with the new user_version, and must keep every record.
+ */
+const MIGRATIONS: readonly string[] = [
+  // 0 -> 1: the version moves to user_version; strata_meta's 'schema' row, written but never read, goes.
+  "DELETE FROM strata_meta WHERE name = 'schema';",
+];
+
+/** The layout this code writes and reads. */
+const SCHEMA_VERSION = MIGRATIONS.length;
 
 const ITEM_COLUMNS = "id, key, content, encoding, original, size, created_at, modified_at, version";
 const KEY_COLUMNS = "key, version, size, modified_at";
@@ -181,14 +199,18 @@ export class SqliteStore implements Store {
     this.quota = validateQuota(options.quota);
     const Driver = sqlite();
     if (path !== ":memory:" && !path.startsWith("file:")) createParent(path);
+    let db: Database.Database | undefined;
     try {
-      this.db = new Driver(path);
-      this.db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
-      this.db.pragma("journal_mode = WAL");
-      this.db.pragma(`synchronous = ${options.synchronous === "FULL" ? "FULL" : "NORMAL"}`);
-      this.db.transaction(() => this.db.exec(SCHEMA)).immediate();
-      this.sql = Object.fromEntries(Object.entries(SQL).map(([name, text]) => [name, this.db.prepare(text)])) as Statements;
+      db = new Driver(path);
+      db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? 5000))}`);
+      db.pragma("journal_mode = WAL");
+      db.pragma(`synchronous = ${options.synchronous === "FULL" ? "FULL" : "NORMAL"}`);
+      openLayout(db);
+      this.sql = Object.fromEntries(Object.entries(SQL).map(([name, text]) => [name, db!.prepare(text)])) as Statements;
+      this.db = db;
     } catch (error) {
+      if (db?.open) db.close();
+      if (error instanceof StrataError) throw error;
       // The driver's messages may carry the host path; ours never do.
       throw new StrataError("unavailable", `Cannot open the SQLite store: ${openFailure(error)}`, { cause: error });
     }
@@ -453,6 +475,29 @@ export class SqliteStore implements Store {
     if (id !== undefined) this.namespaceIds.set(name, id);
     return id;
   }
+}
+
+/**
+ * Brings the database to the current layout: a database without Strata's
+ * tables gets SCHEMA, an older layout is migrated, a newer one is refused
+ * (`unsupported`). A database already current is only read, without taking
+ * the write lock; otherwise the version is read again under `BEGIN
+ * IMMEDIATE`, so of several connections opening an old database at once one
+ * migrates and the others, waiting their turn, find it done.
+ */
+function openLayout(db: Database.Database): void {
+  const recorded = () => db.pragma("user_version", { simple: true }) as number;
+  const seen = recorded();
+  if (seen === SCHEMA_VERSION) return;
+  if (seen > SCHEMA_VERSION || seen < 0) throw newerLayout("SQLite", seen, SCHEMA_VERSION);
+  db.transaction(() => {
+    const version = recorded();
+    if (version > SCHEMA_VERSION || version < 0) throw newerLayout("SQLite", version, SCHEMA_VERSION);
+    if (version === SCHEMA_VERSION) return;
+    const fresh = version === 0 && db.prepare("SELECT 1 FROM sqlite_master WHERE name = 'strata_files'").get() === undefined;
+    db.exec(fresh ? SCHEMA : MIGRATIONS.slice(version).join("\n"));
+    db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  }).immediate();
 }
 
 /** Key range of everything strictly under `dir`. */

@@ -196,6 +196,19 @@ export function storeClosed(): StrataError {
   return new StrataError("unavailable", "The store is closed");
 }
 
+/**
+ * What a persistent store answers when its storage records a layout version
+ * newer than this code knows: it never reads or writes a layout it does not
+ * understand. `found` is the recorded version (a number, or the raw text when
+ * it is not one); the message names versions only, never a host path.
+ */
+export function newerLayout(engine: string, found: number | string, known: number): StrataError {
+  return new StrataError(
+    "unsupported",
+    `The ${engine} store was written by a newer Strata: it records schema version ${found}, and this Strata knows versions up to ${known}. Upgrade Strata to open it`,
+  );
+}
+
 /** The compare-and-set failure every store throws. */
 export function versionConflict(key: string, expected: number | null, actual: number | undefined): StrataError {
   const wanted = expected === null ? "no file" : `version ${expected}`;

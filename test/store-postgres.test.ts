@@ -45,7 +45,7 @@ describe("PostgresStore: schema and indexes", () => {
   const tables: string[] = [];
   afterAll(async () => {
     for (const table of tables) {
-      await admin.query(`DROP TABLE IF EXISTS strata_schema_test.${table}`);
+      await admin.query(`DROP TABLE IF EXISTS strata_schema_test.${table}, strata_schema_test.${table}_meta`);
       await admin.query(`DROP SEQUENCE IF EXISTS strata_schema_test.${table}_version`);
     }
     await admin.end();
@@ -62,7 +62,11 @@ describe("PostgresStore: schema and indexes", () => {
         `SELECT relname FROM pg_class JOIN pg_namespace n ON n.oid = relnamespace WHERE nspname = 'strata_schema_test' AND relname LIKE $1 ORDER BY relname`,
         [`${table}%`],
       );
-      expect(rows.map((row) => row.relname)).toEqual([table, `${table}_dir`, `${table}_pkey`, `${table}_trgm`, `${table}_version`]);
+      expect(rows.map((row) => row.relname).sort()).toEqual(
+        [table, `${table}_dir`, `${table}_meta`, `${table}_meta_pkey`, `${table}_pkey`, `${table}_trgm`, `${table}_version`].sort(),
+      );
+      const meta = await admin.query(`SELECT name, value FROM strata_schema_test.${table}_meta`);
+      expect(meta.rows).toEqual([{ name: "schema_version", value: "1" }]);
       const collations = await admin.query<{ attname: string; collname: string }>(
         `SELECT attname, collname FROM pg_attribute JOIN pg_collation c ON c.oid = attcollation
          WHERE attrelid = $1::regclass AND attname IN ('ns', 'key', 'dir') ORDER BY attname`,
@@ -203,6 +207,216 @@ describe("PostgresStore: waiting for a connection is not an outage", () => {
   it("refuses an acquireTimeoutMs no timer can honour", () => {
     for (const acquireTimeoutMs of [0, -1, Number.NaN, Infinity, 2 ** 31]) {
       expect(() => new PostgresStore({ connectionString: url, acquireTimeoutMs })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+    }
+  });
+});
+
+/**
+ * Version 0: the layout PostgresStore created before it recorded a schema
+ * version, copied from stores/postgres.ts as it was then. FROZEN: it stands
+ * for tables already in use; never edit it to follow the code.
+ */
+async function createV0Layout(db: pg.Pool, schema: string, table: string): Promise<void> {
+  const name = (suffix: string) => `${pg.escapeIdentifier(schema)}.${pg.escapeIdentifier(`${table}${suffix}`)}`;
+  await db.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(schema)}`);
+  await db.query(`CREATE TABLE IF NOT EXISTS ${name("")} (
+    ns text COLLATE "C" NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    dir text COLLATE "C" NOT NULL,
+    version bigint NOT NULL,
+    encoding text NOT NULL,
+    content text NOT NULL,
+    original text,
+    size bigint NOT NULL,
+    created_at text NOT NULL,
+    modified_at text NOT NULL,
+    PRIMARY KEY (ns, key))`);
+  await db.query(`CREATE INDEX IF NOT EXISTS ${pg.escapeIdentifier(`${table}_dir`)} ON ${name("")} (ns, dir)`);
+  await db.query(`CREATE SEQUENCE IF NOT EXISTS ${name("_version")}`);
+  await db.query("CREATE EXTENSION IF NOT EXISTS pg_trgm");
+  await db.query(`CREATE INDEX IF NOT EXISTS ${pg.escapeIdentifier(`${table}_trgm`)} ON ${name("")} USING gin (content gin_trgm_ops) WHERE encoding <> 'base64'`);
+  // Rows as the version-0 code stored them (FROZEN with the layout): text, binary, a v1 list of
+  // lines, text holding a NUL kept exactly in `original`; versions drawn from the sequence.
+  const rows: Array<[string, string, string, string, string, string | null, number, string, string]> = [
+    ['["me"]', "/notes/today.md", "/notes/", "utf-8", "# Today\nneedle here\n", null, 20, "2024-05-01T10:00:00.000Z", "2024-05-02T10:00:00.000Z"],
+    ['["me"]', "/notes/deep/x.txt", "/notes/deep/", "utf-8", "deep\n", null, 5, "2024-05-01T10:00:00.000Z", "2024-05-01T10:00:00.000Z"],
+    ['["me"]', "/bin/blob", "/bin/", "base64", "AAEC/w==", null, 4, "2024-05-01T10:00:00.000Z", "2024-05-01T10:00:00.000Z"],
+    ['["me"]', "/legacy.txt", "/", "lines", "a\nb", '["a","b"]', 3, "2023-01-01T00:00:00.000Z", "2023-01-01T00:00:00.000Z"],
+    ['["me"]', "/nul.txt", "/", "utf-8", "x\uFFFDy", '"x\\u0000y"', 3, "2024-05-01T10:00:00.000Z", "2024-05-01T10:00:00.000Z"],
+    ['["other"]', "/notes/today.md", "/notes/", "utf-8", "other\n", null, 6, "2024-05-03T10:00:00.000Z", "2024-05-03T10:00:00.000Z"],
+  ];
+  for (const row of rows) {
+    await db.query(
+      `INSERT INTO ${name("")} (ns, key, dir, version, encoding, content, original, size, created_at, modified_at)
+       VALUES ($1, $2, $3, nextval('${name("_version")}'::regclass), $4, $5, $6, $7, $8, $9)`,
+      row,
+    );
+  }
+}
+
+/** What the rows above hold, read back through the store. */
+const V0_ITEMS: Array<[string[], StoredItem]> = [
+  [["me"], { key: "/notes/today.md", value: { content: "# Today\nneedle here\n", encoding: "utf-8", created_at: "2024-05-01T10:00:00.000Z", modified_at: "2024-05-02T10:00:00.000Z" }, version: 1 }],
+  [["me"], { key: "/notes/deep/x.txt", value: { content: "deep\n", encoding: "utf-8", created_at: "2024-05-01T10:00:00.000Z", modified_at: "2024-05-01T10:00:00.000Z" }, version: 2 }],
+  [["me"], { key: "/bin/blob", value: { content: "AAEC/w==", encoding: "base64", created_at: "2024-05-01T10:00:00.000Z", modified_at: "2024-05-01T10:00:00.000Z" }, version: 3 }],
+  [["me"], { key: "/legacy.txt", value: { content: ["a", "b"], created_at: "2023-01-01T00:00:00.000Z", modified_at: "2023-01-01T00:00:00.000Z" }, version: 4 }],
+  [["me"], { key: "/nul.txt", value: { content: "x\0y", encoding: "utf-8", created_at: "2024-05-01T10:00:00.000Z", modified_at: "2024-05-01T10:00:00.000Z" }, version: 5 }],
+  [["other"], { key: "/notes/today.md", value: { content: "other\n", encoding: "utf-8", created_at: "2024-05-03T10:00:00.000Z", modified_at: "2024-05-03T10:00:00.000Z" }, version: 6 }],
+];
+
+describe("PostgresStore: schema version and migrations", () => {
+  const schema = "strata_schema_test";
+  const admin = new pg.Pool({ connectionString: url, max: 3 });
+  const tables: string[] = [];
+  const newTable = () => {
+    const table = `v_${randomUUID().replace(/-/g, "")}`;
+    tables.push(table);
+    return table;
+  };
+  const open = (table: string, options: { statementTimeoutMs?: number } = {}) => new PostgresStore({ connectionString: url, schema, table, maxConnections: 2, ...options });
+  const recorded = async (table: string) =>
+    (await admin.query<{ value: string }>(`SELECT value FROM ${schema}.${table}_meta WHERE name = 'schema_version'`)).rows.map((row) => Number(row.value));
+  /** The store's relations and index definitions, with its table name factored out, to compare layouts. */
+  const layout = async (table: string) => {
+    const relations = await admin.query<{ relname: string }>(
+      `SELECT relname FROM pg_class JOIN pg_namespace n ON n.oid = relnamespace WHERE nspname = $1 AND relname LIKE $2`,
+      [schema, `${table}%`],
+    );
+    const indexes = await admin.query<{ indexdef: string }>(`SELECT indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename IN ($2, $3)`, [
+      schema,
+      table,
+      `${table}_meta`,
+    ]);
+    return {
+      relations: relations.rows.map((row) => row.relname.replace(table, "T")).sort(),
+      indexes: indexes.rows.map((row) => row.indexdef.replaceAll(table, "T")).sort(),
+    };
+  };
+  /** Holds the advisory lock a store takes to create or migrate the table, until released. */
+  const holdLayoutLock = async (table: string) => {
+    const client = await admin.connect();
+    await client.query("SELECT pg_advisory_lock(hashtext($1))", [`strata:${schema}.${table}`]);
+    return async () => {
+      await client.query("SELECT pg_advisory_unlock(hashtext($1))", [`strata:${schema}.${table}`]);
+      client.release();
+    };
+  };
+  afterAll(async () => {
+    for (const table of tables) {
+      await admin.query(`DROP TABLE IF EXISTS ${schema}.${table}, ${schema}.${table}_meta`);
+      await admin.query(`DROP SEQUENCE IF EXISTS ${schema}.${table}_version`);
+    }
+    await admin.end();
+  });
+
+  it("migrates a version-0 table to version 1, keeping every record readable and writable", async () => {
+    const table = newTable();
+    await createV0Layout(admin, schema, table);
+    const fresh = newTable();
+    const store = open(table);
+    const other = open(fresh);
+    try {
+      for (const [ns, item] of V0_ITEMS) expect(await store.get(ns, item.key)).toEqual(item);
+      expect(await recorded(table)).toEqual([1]);
+      // The migrated layout is exactly a new table's.
+      await other.get(["x"], "/x");
+      expect(await layout(table)).toEqual(await layout(fresh));
+
+      expect((await store.list(["me"])).items.map((k) => [k.key, k.version, k.size])).toEqual([
+        ["/bin/blob", 3, 4],
+        ["/legacy.txt", 4, 3],
+        ["/notes/deep/x.txt", 2, 5],
+        ["/notes/today.md", 1, 20],
+        ["/nul.txt", 5, 3],
+      ]);
+      const listing = await store.listDirectory(["me"], "/notes");
+      expect({ files: listing.files.map((f) => f.key), dirs: listing.dirs }).toEqual({ files: ["/notes/today.md"], dirs: ["deep"] });
+      expect((await collect(store.search(["me"], "needle", "/"))).map((item) => item.key)).toEqual(["/notes/today.md"]);
+
+      // Writable: compare-and-set against the old versions, the tree checked, versions still from the sequence.
+      const edited = await store.put(["me"], "/notes/today.md", fileDataFromText("# Today\nedited\n"), { expectedVersion: 1 });
+      expect(edited).toBeGreaterThan(6);
+      await expect(store.put(["me"], "/legacy.txt", fileDataFromText("stale"), { expectedVersion: 3 })).rejects.toMatchObject({ code: "conflict" });
+      await expect(store.putFile(["me"], "/notes", fileDataFromText("dir"))).rejects.toMatchObject({ code: "is_directory" });
+      await expect(store.putFile(["me"], "/bin/blob/under", fileDataFromText("x"))).rejects.toMatchObject({ code: "not_a_directory" });
+      expect(await store.putFiles(["me"], [["/notes/deep/y.txt", fileDataFromText("y")]])).toEqual([edited + 1]);
+      expect(await store.delete(["me"], "/bin/blob", { expectedVersion: 3 })).toBe(true);
+      expect((await store.listDirectory(["me"], "/")).dirs).toEqual(["notes"]);
+      expect(await store.deleteTree(["me"], "/notes/deep")).toEqual(["/notes/deep/x.txt", "/notes/deep/y.txt"]);
+      expect((await collect(store.search(["me"], "edited", "/"))).map((item) => item.key)).toEqual(["/notes/today.md"]);
+      expect(await store.get(["other"], "/notes/today.md")).toEqual(V0_ITEMS[5]![1]);
+    } finally {
+      await Promise.all([store.close(), other.close()]);
+    }
+  });
+
+  it("does not migrate again: a current table opens without waiting for the layout lock", async () => {
+    const table = newTable();
+    await createV0Layout(admin, schema, table);
+    const first = open(table);
+    await first.get(["me"], "/legacy.txt");
+    await first.close();
+    const release = await holdLayoutLock(table);
+    try {
+      // A store that tried to create or migrate would wait for the lock until its statement timeout.
+      const again = open(table, { statementTimeoutMs: 1500 });
+      try {
+        expect(await again.get(["me"], "/legacy.txt")).toEqual(V0_ITEMS[3]![1]);
+        expect(await again.put(["me"], "/new", fileDataFromText("n"))).toBeGreaterThan(6);
+      } finally {
+        await again.close();
+      }
+      // The same open of a table still in the old layout does wait, and gives up with a timeout.
+      const old = newTable();
+      await createV0Layout(admin, schema, old);
+      const releaseOld = await holdLayoutLock(old);
+      const waiting = open(old, { statementTimeoutMs: 1500 });
+      try {
+        await expect(waiting.get(["me"], "/legacy.txt")).rejects.toMatchObject({ code: "timeout" });
+      } finally {
+        await waiting.close();
+        await releaseOld();
+      }
+    } finally {
+      await release();
+    }
+    expect(await recorded(table)).toEqual([1]);
+  });
+
+  it("refuses a table written by a newer layout with unsupported, naming the versions, and leaves it alone", async () => {
+    const table = newTable();
+    await createV0Layout(admin, schema, table);
+    const first = open(table);
+    await first.get(["me"], "/legacy.txt");
+    await first.close();
+    await admin.query(`UPDATE ${schema}.${table}_meta SET value = 2 WHERE name = 'schema_version'`);
+    const store = open(table);
+    try {
+      for (const attempt of [store.get(["me"], "/legacy.txt"), store.put(["me"], "/x", fileDataFromText("x"))]) {
+        const error = await attempt.catch((e: unknown) => e);
+        expect(isStrataError(error, "unsupported")).toBe(true);
+        expect((error as Error).message).toMatch(/newer Strata.*version 2\b.*up to 1\b/);
+      }
+    } finally {
+      await store.close();
+    }
+    expect(await recorded(table)).toEqual([2]);
+    expect((await admin.query(`SELECT key FROM ${schema}.${table} ORDER BY ns, key`)).rowCount).toBe(6);
+  });
+
+  it("lets 4 stores open the same version-0 table at once: all succeed, nothing is lost", async () => {
+    const table = newTable();
+    await createV0Layout(admin, schema, table);
+    const stores = Array.from({ length: 4 }, () => open(table));
+    try {
+      const versions = await Promise.all(stores.map((store, i) => store.put(["me"], `/opened/${i}`, fileDataFromText(`${i}`), { expectedVersion: null })));
+      expect(new Set(versions).size).toBe(4);
+      expect(versions.every((version) => version > 6)).toBe(true);
+      expect(await recorded(table)).toEqual([1]);
+      for (const [ns, item] of V0_ITEMS) expect(await stores[3]!.get(ns, item.key)).toEqual(item);
+      expect((await stores[0]!.listDirectory(["me"], "/opened")).files.map((f) => f.key).sort()).toEqual(["/opened/0", "/opened/1", "/opened/2", "/opened/3"]);
+    } finally {
+      await Promise.all(stores.map((store) => store.close()));
     }
   });
 });

@@ -1,7 +1,8 @@
 /**
  * SqliteStore on a real file: crash safety under SIGKILL, no lost updates
- * across processes, busy waiting, persistence, the trigram index, and
- * listings that read only the directory asked for.
+ * across processes, busy waiting, persistence, the trigram index,
+ * listings that read only the directory asked for, and schema versions (a
+ * database in the previous layout is migrated on open).
  */
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -9,12 +10,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import Database from "better-sqlite3";
 import { afterAll, describe, expect, it } from "vitest";
 import { StateBackend } from "../backends/state.js";
 import { StoreBackend } from "../backends/store.js";
 import { isStrataError } from "../core/errors.js";
 import { fileDataFromBytes, fileDataFromText, fileDataText } from "../core/filedata.js";
 import { SqliteStore } from "../stores/sqlite.js";
+import type { StoredItem } from "../stores/store.js";
 import { crashFileContent, CRASH_BATCH, CRASH_FILES } from "./fixtures/sqlite-crash-content.js";
 
 const dir = mkdtempSync(join(tmpdir(), "strata-sqlite-"));
@@ -368,5 +371,251 @@ describe("SqliteStore", () => {
     );
     expect((await backend.globInfo("**", "/u")).length).toBe(2000);
     await store.close();
+  });
+});
+
+/**
+ * Version 0: the layout SqliteStore wrote before it recorded a schema
+ * version, copied from stores/sqlite.ts as it was then. FROZEN: it stands for
+ * databases already on disk; never edit it to follow the code.
+ */
+const SQLITE_V0_SCHEMA = `
+CREATE TABLE IF NOT EXISTS strata_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO strata_meta (name, value) VALUES ('schema', 1), ('version', 0);
+CREATE TABLE IF NOT EXISTS strata_namespaces (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS strata_files (
+  id INTEGER PRIMARY KEY,
+  ns INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  parent TEXT NOT NULL,
+  content TEXT NOT NULL,
+  encoding TEXT NOT NULL,
+  original TEXT,
+  created_at TEXT NOT NULL,
+  modified_at TEXT NOT NULL,
+  size INTEGER NOT NULL,
+  version INTEGER NOT NULL,
+  UNIQUE (ns, key)
+);
+CREATE INDEX IF NOT EXISTS strata_files_parent ON strata_files (ns, parent, key);
+CREATE TABLE IF NOT EXISTS strata_dirs (
+  ns INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  parent TEXT NOT NULL,
+  files INTEGER NOT NULL,
+  PRIMARY KEY (ns, path)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS strata_dirs_parent ON strata_dirs (ns, parent, path);
+CREATE VIRTUAL TABLE IF NOT EXISTS strata_text USING fts5(
+  content, content='', contentless_delete=1, tokenize='trigram case_sensitive 1'
+);
+CREATE TRIGGER IF NOT EXISTS strata_files_insert AFTER INSERT ON strata_files WHEN new.encoding <> 'base64' BEGIN
+  INSERT INTO strata_text (rowid, content) VALUES (new.id, new.content);
+END;
+CREATE TRIGGER IF NOT EXISTS strata_files_delete AFTER DELETE ON strata_files WHEN old.encoding <> 'base64' BEGIN
+  DELETE FROM strata_text WHERE rowid = old.id;
+END;
+CREATE TRIGGER IF NOT EXISTS strata_files_update AFTER UPDATE OF content, encoding ON strata_files BEGIN
+  DELETE FROM strata_text WHERE rowid = old.id;
+  INSERT INTO strata_text (rowid, content) SELECT new.id, new.content WHERE new.encoding <> 'base64';
+END;
+`;
+
+/**
+ * Rows as the version-0 code stored them (FROZEN with the schema above):
+ * namespaces by id, the file rows (text, binary, a v1 list of lines, text
+ * holding a NUL kept exactly in `original`), the directory counts and the
+ * version counter.
+ */
+const SQLITE_V0_ROWS = `
+INSERT INTO strata_namespaces (id, name) VALUES (1, '["me"]'), (2, '["other"]');
+INSERT INTO strata_files (ns, key, parent, content, encoding, original, created_at, modified_at, size, version) VALUES
+  (1, '/notes/today.md', '/notes', '# Today' || char(10) || 'needle here' || char(10), 'utf-8', NULL, '2024-05-01T10:00:00.000Z', '2024-05-02T10:00:00.000Z', 20, 1),
+  (1, '/notes/deep/x.txt', '/notes/deep', 'deep' || char(10), 'utf-8', NULL, '2024-05-01T10:00:00.000Z', '2024-05-01T10:00:00.000Z', 5, 2),
+  (1, '/bin/blob', '/bin', 'AAEC/w==', 'base64', NULL, '2024-05-01T10:00:00.000Z', '2024-05-01T10:00:00.000Z', 4, 3),
+  (1, '/legacy.txt', '/', 'a' || char(10) || 'b', 'lines', '["a","b"]', '2023-01-01T00:00:00.000Z', '2023-01-01T00:00:00.000Z', 3, 4),
+  (1, '/nul.txt', '/', 'x' || char(65533) || 'y', 'utf-8', '"x\\u0000y"', '2024-05-01T10:00:00.000Z', '2024-05-01T10:00:00.000Z', 3, 5),
+  (2, '/notes/today.md', '/notes', 'other' || char(10), 'utf-8', NULL, '2024-05-03T10:00:00.000Z', '2024-05-03T10:00:00.000Z', 6, 6);
+INSERT INTO strata_dirs (ns, path, parent, files) VALUES (1, '/notes', '/', 2), (1, '/notes/deep', '/notes', 1), (1, '/bin', '/', 1), (2, '/notes', '/', 1);
+UPDATE strata_meta SET value = 6 WHERE name = 'version';
+`;
+
+/** What the rows above hold, read back through the store. */
+const V0_ITEMS: Array<[string[], StoredItem]> = [
+  [["me"], { key: "/notes/today.md", value: { content: "# Today\nneedle here\n", encoding: "utf-8", created_at: "2024-05-01T10:00:00.000Z", modified_at: "2024-05-02T10:00:00.000Z" }, version: 1 }],
+  [["me"], { key: "/notes/deep/x.txt", value: { content: "deep\n", encoding: "utf-8", created_at: "2024-05-01T10:00:00.000Z", modified_at: "2024-05-01T10:00:00.000Z" }, version: 2 }],
+  [["me"], { key: "/bin/blob", value: { content: "AAEC/w==", encoding: "base64", created_at: "2024-05-01T10:00:00.000Z", modified_at: "2024-05-01T10:00:00.000Z" }, version: 3 }],
+  [["me"], { key: "/legacy.txt", value: { content: ["a", "b"], created_at: "2023-01-01T00:00:00.000Z", modified_at: "2023-01-01T00:00:00.000Z" }, version: 4 }],
+  [["me"], { key: "/nul.txt", value: { content: "x\0y", encoding: "utf-8", created_at: "2024-05-01T10:00:00.000Z", modified_at: "2024-05-01T10:00:00.000Z" }, version: 5 }],
+  [["other"], { key: "/notes/today.md", value: { content: "other\n", encoding: "utf-8", created_at: "2024-05-03T10:00:00.000Z", modified_at: "2024-05-03T10:00:00.000Z" }, version: 6 }],
+];
+
+describe("SqliteStore: schema version and migrations", () => {
+  /** A database file in the version-0 layout, holding SQLITE_V0_ROWS. */
+  function writeV0(): string {
+    const path = freshPath();
+    const raw = new Database(path);
+    raw.pragma("journal_mode = WAL");
+    raw.exec(SQLITE_V0_SCHEMA);
+    raw.exec(SQLITE_V0_ROWS);
+    raw.close();
+    return path;
+  }
+
+  /** Reads the file directly, without the store. */
+  function inspect<T>(path: string, read: (raw: Database.Database) => T): T {
+    const raw = new Database(path, { readonly: true });
+    try {
+      return read(raw);
+    } finally {
+      raw.close();
+    }
+  }
+  const userVersion = (path: string) => inspect(path, (raw) => raw.pragma("user_version", { simple: true }));
+  const layout = (path: string) => inspect(path, (raw) => raw.prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name").all());
+  const meta = (path: string) => inspect(path, (raw) => raw.prepare("SELECT name, value FROM strata_meta ORDER BY name").all());
+
+  it("records version 1 in a new database", async () => {
+    const path = freshPath();
+    const store = new SqliteStore({ path });
+    await store.close();
+    expect(userVersion(path)).toBe(1);
+    expect(meta(path)).toEqual([{ name: "version", value: 0 }]);
+  });
+
+  it("migrates a version-0 database to version 1, keeping every record readable and writable", async () => {
+    const path = writeV0();
+    expect(userVersion(path)).toBe(0);
+    const store = new SqliteStore({ path });
+    try {
+      expect(userVersion(path)).toBe(1);
+      // The migrated layout is exactly a new database's, and the version counter survived.
+      const fresh = freshPath();
+      await new SqliteStore({ path: fresh }).close();
+      expect(layout(path)).toEqual(layout(fresh));
+      expect(meta(path)).toEqual([{ name: "version", value: 6 }]);
+
+      for (const [ns, item] of V0_ITEMS) expect(await store.get(ns, item.key)).toEqual(item);
+      expect((await store.list(["me"])).items.map((k) => [k.key, k.version, k.size])).toEqual([
+        ["/bin/blob", 3, 4],
+        ["/legacy.txt", 4, 3],
+        ["/notes/deep/x.txt", 2, 5],
+        ["/notes/today.md", 1, 20],
+        ["/nul.txt", 5, 3],
+      ]);
+      const listing = await store.listDirectory(["me"], "/notes");
+      expect({ files: listing.files.map((f) => f.key), dirs: listing.dirs }).toEqual({ files: ["/notes/today.md"], dirs: ["deep"] });
+      expect((await collect(store.search(["me"], "needle", "/"))).map((item) => item.key)).toEqual(["/notes/today.md"]);
+
+      // Writable: compare-and-set against the old versions, the tree and the directory counts kept up.
+      const edited = await store.put(["me"], "/notes/today.md", fileDataFromText("# Today\nedited\n"), { expectedVersion: 1 });
+      expect(edited).toBeGreaterThan(6);
+      await expect(store.put(["me"], "/legacy.txt", fileDataFromText("stale"), { expectedVersion: 3 })).rejects.toMatchObject({ code: "conflict" });
+      await expect(store.putFile(["me"], "/notes", fileDataFromText("dir"))).rejects.toMatchObject({ code: "is_directory" });
+      await expect(store.putFile(["me"], "/bin/blob/under", fileDataFromText("x"))).rejects.toMatchObject({ code: "not_a_directory" });
+      await store.putFile(["me"], "/notes/deep/y.txt", fileDataFromText("y"), { expectedVersion: null });
+      expect(await store.delete(["me"], "/bin/blob", { expectedVersion: 3 })).toBe(true);
+      expect((await store.listDirectory(["me"], "/")).dirs).toEqual(["notes"]);
+      expect(await store.deleteTree(["me"], "/notes/deep")).toEqual(["/notes/deep/x.txt", "/notes/deep/y.txt"]);
+      expect((await store.listDirectory(["me"], "/notes")).dirs).toEqual([]);
+      expect((await collect(store.search(["me"], "edited", "/"))).map((item) => item.key)).toEqual(["/notes/today.md"]);
+      expect(await store.get(["other"], "/notes/today.md")).toEqual(V0_ITEMS[5]![1]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("does not migrate again: a current database opens without taking the write lock", async () => {
+    const path = writeV0();
+    await new SqliteStore({ path }).close();
+    const holder = new Database(path);
+    holder.exec("BEGIN IMMEDIATE");
+    try {
+      // With the write lock held elsewhere and no busy wait, only an open that writes nothing succeeds.
+      const again = new SqliteStore({ path, busyTimeoutMs: 0 });
+      expect(await again.get(["me"], "/legacy.txt")).toEqual(V0_ITEMS[3]![1]);
+      await again.close();
+      // The same open of a database still to migrate needs the lock, and says so.
+      holder.exec("ROLLBACK");
+      const old = writeV0();
+      const oldHolder = new Database(old);
+      oldHolder.exec("BEGIN IMMEDIATE");
+      expect(() => new SqliteStore({ path: old, busyTimeoutMs: 0 })).toThrow(expect.objectContaining({ code: "unavailable", message: expect.stringMatching(/locked/) }));
+      oldHolder.exec("ROLLBACK");
+      oldHolder.close();
+      expect(userVersion(old)).toBe(0);
+    } finally {
+      if (holder.inTransaction) holder.exec("ROLLBACK");
+      holder.close();
+    }
+    expect(userVersion(path)).toBe(1);
+  });
+
+  it("refuses a database written by a newer layout with unsupported, naming the versions, and leaves it alone", async () => {
+    const path = writeV0();
+    await new SqliteStore({ path }).close();
+    const raw = new Database(path);
+    raw.pragma("user_version = 2");
+    raw.close();
+    let error: unknown;
+    try {
+      new SqliteStore({ path });
+    } catch (e) {
+      error = e;
+    }
+    expect(isStrataError(error, "unsupported")).toBe(true);
+    const message = (error as Error).message;
+    expect(message).toMatch(/newer Strata/);
+    expect(message).toMatch(/version 2\b/);
+    expect(message).toMatch(/up to 1\b/);
+    expect(message).not.toContain(dir);
+    expect(userVersion(path)).toBe(2);
+    expect(inspect(path, (db) => db.prepare("SELECT count(*) AS n FROM strata_files").get())).toEqual({ n: 6 });
+  });
+
+  it("lets 4 processes open the same version-0 database at once: all succeed, nothing is lost", async () => {
+    const path = writeV0();
+    const opener = `
+      const { SqliteStore } = await import(process.argv[1]);
+      const [path, id] = process.argv.slice(2);
+      process.stdout.write("ready\\n");
+      process.stdin.once("data", async () => {
+        const store = new SqliteStore({ path });
+        const version = await store.put(["me"], "/opened/" + id, { content: id, encoding: "utf-8", created_at: "t", modified_at: "t" }, { expectedVersion: null });
+        const keys = (await store.list(["me"])).items.map((k) => k.key);
+        await store.close();
+        process.stdout.write(JSON.stringify({ version, keys }) + "\\n");
+        process.exit(0);
+      });
+    `;
+    const module = fileURLToPath(new URL("../stores/sqlite.ts", import.meta.url));
+    const children = Array.from({ length: 4 }, (_, i) =>
+      spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", opener, module, path, String(i)], { stdio: ["pipe", "pipe", "pipe"] }),
+    );
+    const reports: Array<{ version: number; keys: string[] }> = [];
+    let ready = 0;
+    const outputs = children.map((child) =>
+      lines(child, (line) => {
+        if (line === "ready") {
+          if (++ready === children.length) for (const c of children) c.stdin.end("go\n");
+        } else {
+          reports.push(JSON.parse(line));
+        }
+      }),
+    );
+    const codes = await Promise.all(children.map(exited));
+    expect(codes.map((c) => c.code), outputs.map((o) => o.stderr()).join("\n")).toEqual([0, 0, 0, 0]);
+    expect(reports).toHaveLength(4);
+    expect(new Set(reports.map((r) => r.version)).size).toBe(4);
+    for (const report of reports) expect(report.keys).toEqual(expect.arrayContaining(["/bin/blob", "/legacy.txt", "/notes/deep/x.txt", "/notes/today.md", "/nul.txt"]));
+    expect(userVersion(path)).toBe(1);
+    const store = new SqliteStore({ path });
+    try {
+      for (const [ns, item] of V0_ITEMS) expect(await store.get(ns, item.key)).toEqual(item);
+      expect((await store.listDirectory(["me"], "/opened")).files.map((f) => f.key).sort()).toEqual(["/opened/0", "/opened/1", "/opened/2", "/opened/3"]);
+      expect(reports.every((r) => r.version > 6)).toBe(true);
+    } finally {
+      await store.close();
+    }
   });
 });
