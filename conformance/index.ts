@@ -11,13 +11,16 @@ import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { StateBackend } from "../backends/state.js";
 import { EMPTY_FILE_REMINDER } from "../core/format.js";
-import { isSandboxBackend, type BackendProtocol, type SandboxBackendProtocol } from "../core/protocol.js";
+import type { Backend } from "../core/protocol.js";
+import { isSandboxBackend, toSeedProtocol, type BackendProtocol, type SandboxBackendProtocol } from "../core/seed.js";
+import { describeNative } from "./native.js";
 import type { ErrorCode } from "../core/errors.js";
 import { isWithin } from "../core/paths.js";
 import type { FileInfo } from "../core/types.js";
 import { describeReliability } from "./reliability.js";
 
 export { describeReliability, type ReliabilityOptions } from "./reliability.js";
+export { describeNative, type NativeOptions } from "./native.js";
 export { runStoreConformance, type StoreTarget } from "./stores.js";
 
 export interface ConformanceCapabilities {
@@ -41,7 +44,7 @@ export interface ConformanceCapabilities {
   closedCode?: ErrorCode;
 }
 
-export interface ConformanceTarget<B extends BackendProtocol = BackendProtocol> {
+export interface ConformanceTarget<B extends Backend = Backend> {
   name: string;
   create: () => Promise<B> | B;
   destroy?: (backend: B) => Promise<void> | void;
@@ -90,16 +93,19 @@ export const VALID_ODD_NAMES: readonly string[] = [
   "/star/*.txt",
 ];
 
-export function runConformance<B extends BackendProtocol>(target: ConformanceTarget<B>): void {
+export function runConformance<B extends Backend>(target: ConformanceTarget<B>): void {
   const caps = target.capabilities ?? {};
 
   describe(`conformance: ${target.name}`, () => {
-    let backend: B;
+    /** The backend under test, and the seed protocol over it: most sections pin the seeds' shapes, exactly as docs/contract.md states them. */
+    let native: B;
+    let backend: BackendProtocol;
     beforeEach(async () => {
-      backend = await target.create();
+      native = await target.create();
+      backend = toSeedProtocol(native);
     });
     afterEach(async () => {
-      await target.destroy?.(backend);
+      await target.destroy?.(native);
     });
 
     const write = async (path: string, content: string) => {
@@ -595,9 +601,10 @@ export function runConformance<B extends BackendProtocol>(target: ConformanceTar
         it("ls, glob, grep and read match the reference", async () => {
           await fc.assert(
             fc.asyncProperty(tree, globs, dirs, async (files, glob, dir) => {
-              const subject = await target.create();
+              const created = await target.create();
+              const subject = toSeedProtocol(created);
               try {
-                const reference = new StateBackend();
+                const reference = toSeedProtocol(new StateBackend());
                 // Upload one by one: a path that is a prefix of another fails the same way on both.
                 // A mount point and its ancestors are directories by design; files cannot sit there.
                 const placeable = files.filter(([path]) => !(caps.mountPoints ?? []).some((mount) => isWithin(path, mount)));
@@ -611,7 +618,7 @@ export function runConformance<B extends BackendProtocol>(target: ConformanceTar
                 expect(await subject.grepRaw("needle", dir, glob)).toEqual(await reference.grepRaw("needle", dir, glob));
                 for (const [path] of placeable) expect(await subject.read(path, 0, 3)).toEqual(await reference.read(path, 0, 3));
               } finally {
-                await target.destroy?.(subject);
+                await target.destroy?.(created);
               }
             }),
             { numRuns: caps.propertyRuns ?? 25 },
@@ -620,8 +627,14 @@ export function runConformance<B extends BackendProtocol>(target: ConformanceTar
       });
     }
 
+    describeNative({
+      backend: () => native,
+      realDirectories: caps.realDirectories ?? caps.execute === true,
+      execute: caps.execute === true,
+    });
+
     describeReliability({
-      backend: () => backend,
+      backend: () => native,
       create: target.create,
       destroy: target.destroy,
       close: target.close,

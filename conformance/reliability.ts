@@ -14,9 +14,10 @@ import { FilesystemBackend } from "../backends/filesystem.js";
 import { StateBackend } from "../backends/state.js";
 import type { ErrorCode } from "../core/errors.js";
 import { MAX_TIMEOUT_SECONDS } from "../core/limits.js";
-import { isSandboxBackend, type BackendProtocol, type SandboxBackendProtocol } from "../core/protocol.js";
+import { isSandbox, type Backend, type Sandbox } from "../core/protocol.js";
+import { toSeedProtocol, type BackendProtocol, type SandboxBackendProtocol } from "../core/seed.js";
 
-export interface ReliabilityOptions<B extends BackendProtocol> {
+export interface ReliabilityOptions<B extends Backend> {
   backend: () => B;
   create: () => Promise<B> | B;
   destroy?: (backend: B) => Promise<void> | void;
@@ -77,8 +78,9 @@ async function snapshot(backend: BackendProtocol, root: string): Promise<Array<[
   return downloads.map((d) => [d.path.slice(root.length), decode(d.content)] as [string, string]).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
 }
 
-export function describeReliability<B extends BackendProtocol>(options: ReliabilityOptions<B>): void {
-  const backend = () => options.backend();
+export function describeReliability<B extends Backend>(options: ReliabilityOptions<B>): void {
+  // These sections speak the seed protocol (its failure shapes are the ones they pin); the native API has its own section.
+  const backend = () => toSeedProtocol(options.backend());
   const ok = async (promise: Promise<{ error?: string }>, what: string) => expect((await promise).error, what).toBeUndefined();
   const rejectsWith = (promise: Promise<unknown>, code: ErrorCode) => expect(promise).rejects.toMatchObject({ code });
 
@@ -152,10 +154,10 @@ export function describeReliability<B extends BackendProtocol>(options: Reliabil
       const reference = options.realDirectories ? "FilesystemBackend" : "StateBackend";
       // The model starts empty for every candidate order and replays the same prefix.
       const withModel = async <T>(use: (model: BackendProtocol) => Promise<T>): Promise<T> => {
-        if (!options.realDirectories) return use(new StateBackend());
+        if (!options.realDirectories) return use(toSeedProtocol(new StateBackend()));
         const dir = await mkdtemp(join(tmpdir(), "strata-fuzz-model-"));
         try {
-          return await use(new FilesystemBackend({ rootDir: dir }));
+          return await use(toSeedProtocol(new FilesystemBackend({ rootDir: dir })));
         } finally {
           await rm(dir, { recursive: true, force: true });
         }
@@ -299,7 +301,8 @@ export function describeReliability<B extends BackendProtocol>(options: Reliabil
     });
 
     if (options.execute) {
-      const sandbox = () => backend() as unknown as SandboxBackendProtocol;
+      const sandbox = () => backend() as SandboxBackendProtocol;
+      const native = () => options.backend() as unknown as Sandbox;
       it.each([[0], [-1], [Number.NaN], [Infinity], [MAX_TIMEOUT_SECONDS + 1], [30 * 24 * 3600], ["5"]])("execute timeout %s is invalid_argument", async (timeout) => {
         await rejectsWith(sandbox().execute("echo ran > ran.txt", { timeout: timeout as number }), "invalid_argument");
         expect(await backend().read("/ran.txt")).toMatch(/^Error: File/);
@@ -309,9 +312,20 @@ export function describeReliability<B extends BackendProtocol>(options: Reliabil
         expect(await sandbox().execute("echo ok", { timeout: 5.5 })).toMatchObject({ output: "ok\n", exitCode: 0 });
       });
 
-      it("refuses a bare number where the options belong, NUL bytes and bad env", async () => {
+      it("takes the seeds' execute(command, timeout) through the seed adapter", async () => {
+        const started = Date.now();
+        expect(await sandbox().execute("sleep 5; echo late", 1)).toMatchObject({ exitCode: 124 });
+        expect(Date.now() - started).toBeLessThan(4500);
+      });
+
+      it("natively answers a bare number where the options belong with invalid_argument, never ignoring it", async () => {
+        const run = native().execute.bind(native()) as (...args: unknown[]) => Promise<unknown>;
+        expect(await run("echo ran > ran.txt", 30)).toMatchObject({ error: { code: "invalid_argument" } });
+        expect(await backend().read("/ran.txt")).toMatch(/^Error: File/);
+      });
+
+      it("refuses NUL bytes and bad env", async () => {
         const run = sandbox().execute.bind(sandbox()) as (...args: unknown[]) => Promise<unknown>;
-        await rejectsWith(run("echo hi", 30), "invalid_argument");
         await rejectsWith(run("echo a\0b"), "invalid_argument");
         await rejectsWith(run(42), "invalid_argument");
         await rejectsWith(run("echo hi", { env: { A: "x\0y" } }), "invalid_argument");
@@ -339,10 +353,11 @@ export function describeReliability<B extends BackendProtocol>(options: Reliabil
     const close = options.close;
     describe("after close", () => {
       it(`answers every operation with ${options.closedCode}, never a raw throw, and closes twice quietly`, async () => {
-        const subject = await options.create();
+        const created = await options.create();
+        const subject = toSeedProtocol(created);
         await ok(subject.write("/kept.txt", "x"), "write");
-        await close(subject);
-        await close(subject);
+        await close(created);
+        await close(created);
         const code = options.closedCode;
         expect(await subject.write("/a.txt", "x")).toMatchObject({ code });
         expect(await subject.edit("/kept.txt", "x", "y")).toMatchObject({ code });
@@ -358,8 +373,23 @@ export function describeReliability<B extends BackendProtocol>(options: Reliabil
         const [download] = await subject.downloadFiles(["/kept.txt"]);
         expect(download).toMatchObject({ content: null });
         expect(download!.error).not.toBeNull();
-        if (isSandboxBackend(subject)) await rejectsWith(subject.execute("echo hi"), code);
-        await options.destroy?.(subject);
+        if (isSandbox(created)) await rejectsWith((subject as SandboxBackendProtocol).execute("echo hi"), code);
+        // The native API answers the same code in its one shape.
+        for (const result of [
+          await created.write("/a.txt", "x"),
+          await created.read("/kept.txt"),
+          await created.ls("/"),
+          await created.grep("x"),
+          await created.stat("/kept.txt"),
+          await created.mkdir("/d"),
+          await created.move("/kept.txt", "/moved.txt"),
+          ...(isSandbox(created) ? [await created.execute("echo hi"), await created.spawn("echo hi")] : []),
+        ]) {
+          expect(result).toMatchObject({ error: { code } });
+        }
+        const uploaded = await created.uploadFiles([["/u.txt", bytes("x")]]);
+        expect(uploaded.error ?? uploaded.files[0]!.error).toMatchObject({ code });
+        await options.destroy?.(created);
       });
     });
   }

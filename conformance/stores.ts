@@ -12,6 +12,7 @@
  * writes have one winner; no acknowledged edit is lost; quotas hold under
  * concurrent writers; a closed store refuses every operation clearly.
  */
+import { toSeedProtocol } from "../core/seed.js";
 import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { StoreBackend } from "../backends/store.js";
@@ -137,7 +138,7 @@ export function runStoreConformance<S extends Store>(target: StoreTarget<S>): vo
         withStore(async (store, fresh) => {
           for (let round = 0; round < rounds; round++) {
             const ns = fresh();
-            const backend = new StoreBackend({ store, namespace: ns });
+            const backend = toSeedProtocol(new StoreBackend({ store, namespace: ns }));
             const [a, ab] = await Promise.all([backend.write("/a", "file"), backend.write("/a/b", "under")]);
             expect([a.error, ab.error].filter((error) => error === undefined)).toHaveLength(1);
             expect([a.code, ab.code].filter(Boolean)[0]).toMatch(/^(is_directory|not_a_directory)$/);
@@ -149,7 +150,7 @@ export function runStoreConformance<S extends Store>(target: StoreTarget<S>): vo
         withStore(async (store, fresh) => {
           for (let round = 0; round < rounds; round++) {
             const ns = fresh();
-            const backend = new StoreBackend({ store, namespace: ns });
+            const backend = toSeedProtocol(new StoreBackend({ store, namespace: ns }));
             const [a, ab] = await Promise.all([backend.uploadFiles([["/a", new Uint8Array([1])]]), backend.uploadFiles([["/a/b", new Uint8Array([2])]])]);
             expect([a[0]!.error, ab[0]!.error].filter((error) => error === null)).toHaveLength(1);
             await neverBoth(store, ns);
@@ -190,7 +191,7 @@ export function runStoreConformance<S extends Store>(target: StoreTarget<S>): vo
       it("gives a create-only write exactly one winner among 10", () =>
         withStore(async (store, fresh) => {
           const ns = fresh();
-          const backend = new StoreBackend({ store, namespace: ns });
+          const backend = toSeedProtocol(new StoreBackend({ store, namespace: ns }));
           const results = await Promise.all(Array.from({ length: 10 }, (_, i) => backend.write("/once.txt", `writer ${i}`)));
           const winners = results.flatMap((result, i) => (result.error === undefined ? [i] : []));
           expect(winners).toHaveLength(1);
@@ -204,7 +205,7 @@ export function runStoreConformance<S extends Store>(target: StoreTarget<S>): vo
       it("loses no acknowledged edit: 20 concurrent edits of different lines, and an edit racing an overwrite", () =>
         withStore(async (store, fresh) => {
           const ns = fresh();
-          const backend = new StoreBackend({ store, namespace: ns, editAttempts: 100 });
+          const backend = toSeedProtocol(new StoreBackend({ store, namespace: ns, editAttempts: 100 }));
           const lines = Array.from({ length: 20 }, (_, i) => `<${i}>`);
           expect((await backend.write("/f.txt", lines.join("\n"))).error).toBeUndefined();
           const results = await Promise.all(lines.map((line) => backend.edit("/f.txt", line, `${line} edited`)));
@@ -237,7 +238,7 @@ export function runStoreConformance<S extends Store>(target: StoreTarget<S>): vo
             expect(await codeOf(store.putMany(ns, [["/a", text("1")], ["/c", text("1")]]))).toBe("quota_exceeded");
             await store.put(ns, "/a", text("1"));
             expect(await allKeys(store, ns)).toEqual(["/a", "/b"]);
-            const backend = new StoreBackend({ store, namespace: ns });
+            const backend = toSeedProtocol(new StoreBackend({ store, namespace: ns }));
             expect(await backend.write("/c", "x")).toMatchObject({ code: "quota_exceeded" });
             expect(await store.delete(ns, "/b")).toBe(true);
             await store.put(ns, "/c", text("123456789"));
@@ -253,7 +254,7 @@ export function runStoreConformance<S extends Store>(target: StoreTarget<S>): vo
         withStore(
           async (store, fresh) => {
             const ns = fresh();
-            const backend = new StoreBackend({ store, namespace: ns });
+            const backend = toSeedProtocol(new StoreBackend({ store, namespace: ns }));
             const results = await Promise.all(Array.from({ length: 20 }, (_, i) => backend.write(`/f${i}`, "x")));
             expect(results.filter((result) => result.error === undefined)).toHaveLength(5);
             expect(results.filter((result) => result.error !== undefined).every((result) => result.code === "quota_exceeded")).toBe(true);
@@ -273,7 +274,7 @@ export function runStoreConformance<S extends Store>(target: StoreTarget<S>): vo
       it("refuses every operation after close with unavailable 'The store is closed', and StoreBackend answers in its usual shapes", async () => {
         const store = await target.create();
         const ns = [`conformance-${randomUUID()}`];
-        const backend = new StoreBackend({ store, namespace: ns });
+        const backend = toSeedProtocol(new StoreBackend({ store, namespace: ns }));
         await backend.write("/f.txt", "x");
         await store.deleteTree(ns, "/");
         await store.close();

@@ -318,7 +318,7 @@ export abstract class BaseBackend implements Backend {
       });
       const pending = items.flatMap((item, index) => (answers[index] ? [] : [{ index, item: item as readonly [string, Uint8Array] }]));
       const done = pending.length > 0 ? await this.doUpload(pending.map(({ item }) => item)) : [];
-      pending.forEach(({ index, item }, i) => (answers[index] = uploadItem(item[0], done[i]?.error ?? "io_error")));
+      pending.forEach(({ index, item }, i) => (answers[index] = uploadItem(item[0], done[i] ? done[i].error : "io_error")));
       return { files: answers as UploadItem[] };
     });
   }

@@ -1,0 +1,242 @@
+/**
+ * The native API's own section of the conformance suite: every operation
+ * answers a result object, failures in the one shape `{ error: { code,
+ * message, path? } }` with the path as a field, wrong types never throw,
+ * and stat, mkdir, move and copy behave the same on every backend.
+ */
+import { describe, expect, it } from "vitest";
+import type { ErrorCode } from "../core/errors.js";
+import { isSandbox, type Backend } from "../core/protocol.js";
+import type { Result } from "../core/types.js";
+
+export interface NativeOptions {
+  backend: () => Backend;
+  /** Directories are real: an empty one made by mkdir is listed and outlives its last file. */
+  realDirectories: boolean;
+  /** The backend is a sandbox: execute and spawn are tested. */
+  execute: boolean;
+}
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+const decode = (data: Uint8Array | null | undefined) => new TextDecoder().decode(data ?? new Uint8Array());
+
+/** The value of a result that must have succeeded. */
+function ok<T extends object>(result: Result<T>, what: string): T {
+  expect(result.error, what).toBeUndefined();
+  return result as T;
+}
+
+function fails(result: Result<object>, code: ErrorCode, path?: string): void {
+  expect(result.error, `expected ${code}`).toBeDefined();
+  expect(result.error!.code).toBe(code);
+  expect(result.error!.message).toBeTypeOf("string");
+  if (path !== undefined) expect(result.error!.path).toBe(path);
+}
+
+export function describeNative(options: NativeOptions): void {
+  const b = () => options.backend();
+  const put = async (path: string, content: string) => ok(await b().write(path, content), `write ${path}`);
+  const content = async (path: string) => {
+    const [file] = ok(await b().downloadFiles([path]), "download").files;
+    expect(file!.error, `download ${path}`).toBeNull();
+    return decode(file!.content);
+  };
+  const exists = async (path: string) => !(await b().stat(path)).error;
+
+  describe("native API", () => {
+    it("answers every operation with a result object", async () => {
+      expect(ok(await b().write("/n/a.md", "one\r\ntwo\nthree"), "write")).toMatchObject({ path: "/n/a.md" });
+      expect(ok(await b().read("/n/a.md", { offset: 1, limit: 1 }), "read")).toEqual({
+        path: "/n/a.md",
+        encoding: "utf-8",
+        content: "two",
+        mimeType: "text/markdown",
+        totalLines: 3,
+        offset: 1,
+        lineCount: 1,
+      });
+      expect(ok(await b().read("/n/a.md"), "read").content).toBe("one\ntwo\nthree");
+      expect(ok(await b().readRaw("/n/a.md"), "readRaw").data).toMatchObject({ content: "one\r\ntwo\nthree", encoding: "utf-8" });
+      expect(ok(await b().edit("/n/a.md", "t", "T", { replaceAll: true }), "edit")).toMatchObject({ path: "/n/a.md", occurrences: 2 });
+      expect(ok(await b().ls("/n"), "ls").entries.map((e) => e.path)).toEqual(["/n/a.md"]);
+      expect(ok(await b().glob("*.md", { path: "/" }), "glob").entries.map((e) => e.path)).toEqual(["/n/a.md"]);
+      expect(ok(await b().grep("hree", { path: "/n", glob: "*.md", maxCount: 5 }), "grep")).toEqual({
+        matches: [{ path: "/n/a.md", line: 3, text: "Three" }],
+        truncated: false,
+      });
+      expect(ok(await b().stat("/n/a.md"), "stat")).toMatchObject({ path: "/n/a.md", is_dir: false, size: 14 });
+      expect(ok(await b().stat("/n"), "stat dir")).toMatchObject({ path: "/n/", is_dir: true });
+      expect(ok(await b().uploadFiles([["/n/b.bin", Uint8Array.of(0, 1, 2)]]), "upload").files).toEqual([{ path: "/n/b.bin", error: null, seedError: null }]);
+      const [download] = ok(await b().downloadFiles(["/n/b.bin"]), "download").files;
+      expect(download).toMatchObject({ path: "/n/b.bin", error: null, seedError: null });
+      expect([...download!.content!]).toEqual([0, 1, 2]);
+      expect(ok(await b().read("/n/b.bin"), "read binary")).toMatchObject({ encoding: "binary", size: 3, mimeType: "application/octet-stream" });
+      expect(ok(await b().delete("/n"), "delete")).toMatchObject({ path: "/n" });
+      expect(await exists("/n/a.md")).toBe(false);
+    });
+
+    it("reads an empty file as no lines, and refuses an offset past the end", async () => {
+      await put("/empty.txt", "");
+      expect(ok(await b().read("/empty.txt"), "read")).toMatchObject({ content: "", totalLines: 0, lineCount: 0 });
+      await put("/two.txt", "a\nb\n");
+      fails(await b().read("/two.txt", { offset: 2 }), "invalid_argument", "/two.txt");
+    });
+
+    it("answers each failure code in the one shape, the path as a field", async () => {
+      await put("/f.txt", "x x");
+      await put("/d/in.txt", "y");
+      fails(await b().read("/missing.txt"), "file_not_found", "/missing.txt");
+      fails(await b().read("//d/./"), "is_directory", "/d");
+      fails(await b().write("/f.txt", "again"), "already_exists", "/f.txt");
+      fails(await b().write("/f.txt/child", "z"), "not_a_directory");
+      fails(await b().edit("/f.txt", "absent", "z"), "no_match", "/f.txt");
+      fails(await b().edit("/f.txt", "x", "z"), "ambiguous_match", "/f.txt");
+      fails(await b().write("/a/../etc/passwd", "z"), "invalid_path");
+      fails(await b().delete("/"), "permission_denied");
+      await put("/bin.dat", "\0binary");
+      fails(await b().edit("/bin.dat", "binary", "text"), "binary_file", "/bin.dat");
+      const uploads = ok(await b().uploadFiles([["/f.txt/under", bytes("z")], ["/d", bytes("z")], ["/ok.txt", bytes("z")]]), "upload").files;
+      expect(uploads.map((u) => [u.error?.code ?? null, u.seedError])).toEqual([
+        ["not_a_directory", "invalid_path"],
+        ["is_directory", "is_directory"],
+        [null, null],
+      ]);
+      const downloads = ok(await b().downloadFiles(["/nope", "/d"]), "download").files;
+      expect(downloads.map((d) => [d.error?.code, d.seedError, d.content])).toEqual([
+        ["file_not_found", "file_not_found", null],
+        ["is_directory", "is_directory", null],
+      ]);
+    });
+
+    it("never throws, whatever the types: a wrong argument is invalid_argument or invalid_path", async () => {
+      const loose = b() as unknown as Record<string, (...args: unknown[]) => Promise<Result<object>>>;
+      const hostile = JSON.parse('{"toString":1}') as unknown;
+      const calls: Array<[string, unknown[]]> = [
+        ["ls", [42]],
+        ["read", [hostile]],
+        ["read", ["/f", 5]],
+        ["read", ["/f", { offset: -1 }]],
+        ["readRaw", [null]],
+        ["write", ["/f", 42]],
+        ["write", ["/f", "x", { overwrite: "yes" }]],
+        ["edit", ["/f", 1, "x"]],
+        ["edit", ["/f", "a", "b", true]],
+        ["delete", [[]]],
+        ["grep", [42]],
+        ["grep", ["x", { path: 42 }]],
+        ["grep", ["x", { maxCount: 0 }]],
+        ["glob", [{}]],
+        ["glob", ["[", { path: "/" }]],
+        ["stat", [undefined]],
+        ["mkdir", ["/d", "recursive"]],
+        ["move", ["/a", 42]],
+        ["copy", [42, "/b"]],
+        ["uploadFiles", ["not an array"]],
+        ["downloadFiles", [null]],
+        ["ls", ["/", { signal: "stop" }]],
+      ];
+      for (const [method, args] of calls) {
+        const result = await loose[method]!.apply(b(), args);
+        expect(result.error?.code, `${method}(${args.map((a) => JSON.stringify(a)).join(", ")})`).toMatch(/^invalid_(argument|path)$/);
+      }
+      const items = ok(await loose.uploadFiles!.apply(b(), [[["/u", "not bytes"], [42, bytes("x")]]]) as Result<{ files: { error: { code: string } | null }[] }>, "upload").files;
+      expect(items.map((i) => i.error?.code)).toEqual(["invalid_argument", "invalid_path"]);
+    });
+
+    it("answers aborted for an aborted signal and changes nothing", async () => {
+      const signal = AbortSignal.abort();
+      fails(await b().write("/aborted.txt", "x", { signal }), "aborted");
+      fails(await b().read("/aborted.txt", { signal }), "aborted");
+      fails(await b().grep("x", { signal }), "aborted");
+      expect(await exists("/aborted.txt")).toBe(false);
+    });
+
+    describe("stat, mkdir, move, copy", () => {
+      it("stats a file, a directory and the root, and answers file_not_found", async () => {
+        await put("/s/f.txt", "hello");
+        expect(ok(await b().stat("/s/f.txt"), "stat")).toMatchObject({ path: "/s/f.txt", is_dir: false, size: 5 });
+        expect(ok(await b().stat("/s/"), "stat")).toMatchObject({ path: "/s/", is_dir: true });
+        expect(ok(await b().stat("/"), "stat")).toMatchObject({ is_dir: true });
+        fails(await b().stat("/s/none"), "file_not_found", "/s/none");
+      });
+
+      it("makes directories, with parents when recursive", async () => {
+        fails(await b().mkdir("/m/deep/er"), "file_not_found");
+        ok(await b().mkdir("/m/deep/er", { recursive: true }), "mkdir -p");
+        ok(await b().mkdir("/m/deep/er", { recursive: true }), "mkdir -p again");
+        if (options.realDirectories) {
+          expect(ok(await b().stat("/m/deep/er"), "stat")).toMatchObject({ is_dir: true });
+          expect(ok(await b().ls("/m/deep"), "ls").entries.map((e) => e.path)).toEqual(["/m/deep/er/"]);
+          fails(await b().mkdir("/m/deep/er"), "already_exists");
+        }
+        await put("/m/file", "x");
+        fails(await b().mkdir("/m/file"), "already_exists", "/m/file");
+        fails(await b().mkdir("/m/file/sub", { recursive: true }), "not_a_directory");
+        ok(await b().write("/m/deep/er/f.txt", "in"), "write into it");
+      });
+
+      it("moves a file: the content lands at the target and leaves the source", async () => {
+        await put("/mv/a.txt", "A");
+        expect(ok(await b().move("/mv/a.txt", "/mv/sub/b.txt"), "move")).toMatchObject({ from: "/mv/a.txt", to: "/mv/sub/b.txt" });
+        expect(await exists("/mv/a.txt")).toBe(false);
+        expect(await content("/mv/sub/b.txt")).toBe("A");
+        await put("/mv/c.txt", "C");
+        fails(await b().move("/mv/c.txt", "/mv/sub/b.txt"), "already_exists", "/mv/sub/b.txt");
+        expect(await content("/mv/c.txt")).toBe("C");
+        expect(await content("/mv/sub/b.txt")).toBe("A");
+        ok(await b().move("/mv/c.txt", "/mv/sub/b.txt", { overwrite: true }), "move over");
+        expect(await content("/mv/sub/b.txt")).toBe("C");
+        fails(await b().move("/mv/none", "/mv/x"), "file_not_found", "/mv/none");
+      });
+
+      it("moves and copies a directory tree whole, and refuses to put a tree into itself", async () => {
+        await put("/t/a.txt", "a");
+        await put("/t/sub/b.txt", "b");
+        ok(await b().copy("/t", "/copy"), "copy tree");
+        expect(await content("/copy/sub/b.txt")).toBe("b");
+        expect(await content("/t/sub/b.txt")).toBe("b");
+        fails(await b().move("/t", "/t/inside"), "invalid_argument");
+        ok(await b().move("/t", "/moved"), "move tree");
+        expect(ok(await b().glob("**", { path: "/moved" }), "glob").entries.map((e) => e.path)).toEqual(["/moved/a.txt", "/moved/sub/b.txt"]);
+        expect(await exists("/t")).toBe(false);
+        await put("/bin/x", "\0\x01");
+        ok(await b().copy("/bin/x", "/bin/y"), "copy binary");
+        expect([...ok(await b().downloadFiles(["/bin/y"]), "download").files[0]!.content!]).toEqual([0, 1]);
+      });
+
+      it("5 concurrent moves of one file: exactly one lands, and the file exists exactly once", async () => {
+        await put("/race/src.txt", "only once");
+        const results = await Promise.all(Array.from({ length: 5 }, (_, i) => b().move("/race/src.txt", `/race/dst${i}.txt`)));
+        const landed = results.filter((r) => !r.error);
+        expect(landed).toHaveLength(1);
+        for (const failed of results.filter((r) => r.error)) expect(failed.error!.code).toMatch(/^(file_not_found|conflict|busy)$/);
+        const files = ok(await b().glob("**", { path: "/race" }), "glob").entries.map((e) => e.path);
+        expect(files).toEqual([(landed[0] as { to: string }).to]);
+        expect(await content(files[0]!)).toBe("only once");
+      });
+    });
+
+    if (options.execute) it("runs commands in the files' path space and spawns with live streams", async () => {
+      const sandbox = b();
+      expect(isSandbox(sandbox)).toBe(true);
+      if (!isSandbox(sandbox)) return;
+      await put("/spawn/in.txt", "from a file");
+      const run = ok(await sandbox.execute("cat spawn/in.txt"), "execute");
+      expect(run).toMatchObject({ output: "from a file", exitCode: 0 });
+      const process = ok(await sandbox.spawn("cat; echo err >&2; exit 3"), "spawn");
+      const writer = process.stdin.getWriter();
+      await writer.write(bytes("streamed "));
+      await writer.write(bytes("input"));
+      await writer.close();
+      const [stdout, stderr] = await Promise.all([new Response(process.stdout).text(), new Response(process.stderr).text()]);
+      expect(stdout).toBe("streamed input");
+      expect(stderr).toBe("err\n");
+      expect(await process.wait()).toEqual({ exitCode: 3 });
+      const sleeper = ok(await sandbox.spawn("sleep 30"), "spawn sleep");
+      const started = Date.now();
+      await sleeper.kill();
+      expect((await sleeper.wait()).error?.code).toBe("aborted");
+      expect(Date.now() - started).toBeLessThan(10_000);
+    });
+  });
+}
