@@ -1,18 +1,17 @@
 import type { Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
-import { BaseBackend, checkBatch, failure, textWindow, type TextWindow, type UploadAnswer, type DownloadAnswer } from "../core/base.js";
+import { BaseBackend, failure, textWindow, type TextWindow, type UploadAnswer, type DownloadAnswer } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
-import { errors, StrataError, toFileOperationError } from "../core/errors.js";
+import { errors, StrataError } from "../core/errors.js";
 import { decodeText, encodeText, fileDataFromBytes } from "../core/filedata.js";
-import { DEFAULT_READ_LIMIT, errorString, formatRead } from "../core/format.js";
 import { compileGlob } from "../core/glob.js";
 import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
 import { KeyedMutex } from "../core/lock.js";
 import { isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
-import type { DeleteResult, EditResult, FileDataV2, FileDownloadResponse, FileInfo, FileUploadResponse, GrepMatch } from "../core/types.js";
-import type { GrepOptions, GrepResult, WriteOptions, WriteResult } from "../core/types.js";
+import type { DeleteResult, EditResult, FileDataV2, FileInfo, FilesUpdate, GrepMatch } from "../core/types.js";
+import type { GrepResult, WriteResult } from "../core/types.js";
 import { grepFile, type Needle, readWindow, ripgrepCandidates, ripgrepPath, WHOLE_FILE_LIMIT } from "./filesystem-text.js";
 import { at, errno, isInternalName, lstatAt, lstatAtSync, openDirAt, openDirPath, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
 import { DirCursor, readDirAt, removeAt, Slicer, walkFiles, writeAtomicAt } from "./safe-fs.js";
@@ -227,6 +226,80 @@ export class FilesystemBackend extends BaseBackend {
     }
   }
 
+  protected override async doStat(filePath: string): Promise<FileInfo> {
+    const r = this.resolve(filePath);
+    try {
+      if (r.path === "/") return { path: `${this.outside("/")}/`.replace(/\/\/$/, "/"), is_dir: true };
+      return await this.inParent(r, false, async (dir, name) => this.info(r.path, await lstatAt(dir, name)));
+    } catch (error) {
+      throw fsError(error, r.shown);
+    }
+  }
+
+  protected override async doMkdir(filePath: string, recursive: boolean): Promise<FilesUpdate> {
+    const r = this.resolve(filePath);
+    try {
+      if (r.path === "/") {
+        if (recursive) return null;
+        throw new StrataError("already_exists", `Directory '${r.shown}' already exists`, { path: r.shown });
+      }
+      await this.mutate(r, recursive, async (dir, name) => {
+        try {
+          await fs.mkdir(at(dir, name));
+        } catch (error) {
+          if (!isCode(error, "EEXIST")) throw error;
+          const stat = await lstatAt(dir, name);
+          if (!stat.isDirectory()) throw errors.alreadyExists(r.shown);
+          if (!recursive) throw new StrataError("already_exists", `Directory '${r.shown}' already exists`, { path: r.shown });
+        }
+      });
+      return null;
+    } catch (error) {
+      throw fsError(error, r.shown, true);
+    }
+  }
+
+  /**
+   * One rename, under both paths' turns and lock files (taken in path order,
+   * so opposite moves cannot deadlock): atomic, never half-done. Without
+   * `overwrite` a file moves by link-then-unlink, which the kernel refuses
+   * with EEXIST when the target exists: no window where a racing writer's
+   * file is replaced.
+   */
+  protected override async doMove(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    const source = this.resolve(from);
+    const target = this.resolve(to);
+    if (source.path === "/") throw errors.invalidArgument("Cannot move or copy '/'");
+    if (isWithin(source.path, target.path)) {
+      throw new StrataError("invalid_argument", `Cannot move or copy '${source.shown}' into itself ('${target.shown}')`, { path: target.shown });
+    }
+    const [first, second] = source.path < target.path ? [source, target] : [target, source];
+    let shown = source.shown;
+    try {
+      await this.mutate(first, first === target, (firstDir, firstName) =>
+        this.mutate(second, second === target, async (secondDir, secondName) => {
+          const [fromDir, fromName, toDir, toName] =
+            first === source ? [firstDir, firstName, secondDir, secondName] : [secondDir, secondName, firstDir, firstName];
+          const moving = await lstatAt(fromDir, fromName);
+          shown = target.shown;
+          const existing = await lstatAt(toDir, toName).catch(() => undefined);
+          if (existing?.isDirectory() && !moving.isDirectory()) throw errors.isDirectory(target.shown);
+          if (existing && !existing.isDirectory() && moving.isDirectory()) throw errors.notADirectory(`${target.shown}/x`);
+          if (existing && !overwrite) throw errors.alreadyExists(target.shown);
+          if (!overwrite && moving.isFile()) {
+            await fs.link(at(fromDir, fromName), at(toDir, toName));
+            await fs.unlink(at(fromDir, fromName));
+          } else {
+            await fs.rename(at(fromDir, fromName), at(toDir, toName));
+          }
+        }),
+      );
+      return null;
+    } catch (error) {
+      throw fsError(error, shown, true);
+    }
+  }
+
   protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     validateGrepPattern(pattern);
     validateMaxCount(maxCount);
@@ -320,7 +393,7 @@ export class FilesystemBackend extends BaseBackend {
   protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     // Several at a time (each waits on an fsync). Two uploads to one path still land in input order:
     // items start in input order and each takes its path's turn (FIFO) before its first await.
-    return mapLimit(files, IO_CONCURRENCY, async (item): Promise<FileUploadResponse> => {
+    return mapLimit(files, IO_CONCURRENCY, async (item): Promise<UploadAnswer> => {
       const filePath = Array.isArray(item) ? (item[0] as string) : String(item);
       try {
         if (!Array.isArray(item)) throw errors.invalidArgument("each upload must be a [path, bytes] pair");
@@ -330,18 +403,18 @@ export class FilesystemBackend extends BaseBackend {
         await this.store(r, bytes, true);
         return { path: filePath, error: null };
       } catch (error) {
-        return { path: filePath, error: toFileOperationError(fsError(error, filePath, true).code) };
+        return { path: filePath, error: fsError(error, filePath, true).code };
       }
     });
   }
 
   protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
-    return mapLimit(paths, IO_CONCURRENCY, async (filePath): Promise<FileDownloadResponse> => {
+    return mapLimit(paths, IO_CONCURRENCY, async (filePath): Promise<DownloadAnswer> => {
       try {
         const bytes = await this.openFile(this.resolve(filePath), (handle) => handle.readFile());
         return { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
       } catch (error) {
-        return { path: filePath, content: null, error: toFileOperationError(fsError(error, filePath).code) };
+        return { path: filePath, content: null, error: fsError(error, filePath).code };
       }
     });
   }

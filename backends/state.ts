@@ -1,6 +1,6 @@
-import { BaseBackend, type UploadAnswer, type DownloadAnswer, checkBatch, failure } from "../core/base.js";
+import { BaseBackend, type UploadAnswer, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
-import { errors, StrataError, toFileOperationError } from "../core/errors.js";
+import { errors, StrataError } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
@@ -14,11 +14,8 @@ import type {
   FileData,
   FileDataV2,
   FileInfo,
-  FileUploadResponse,
   GrepMatch,
-  GrepOptions,
   GrepResult,
-  WriteOptions,
   WriteResult,
 } from "../core/types.js";
 

@@ -1,6 +1,6 @@
-import { BaseBackend, type UploadAnswer, type DownloadAnswer, checkBatch, failure } from "../core/base.js";
+import { BaseBackend, type UploadAnswer, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
-import { errors, isStrataError, StrataError, toFileOperationError } from "../core/errors.js";
+import { errors, isStrataError, StrataError } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
@@ -13,9 +13,7 @@ import type {
   FileDataV2,
   FileInfo,
   GrepMatch,
-  GrepOptions,
   GrepResult,
-  WriteOptions,
   WriteResult,
 } from "../core/types.js";
 import { validateNamespace, type Namespace, type Store, type StoredItem, type StoredKey } from "../stores/store.js";

@@ -15,11 +15,11 @@
  *   `applyEdit`, `compileGlob`, `grepText`, …): the shell only moves bytes.
  */
 import { createHash } from "node:crypto";
-import { BaseBackend, checkBatch, checkOffset, failure, textWindow, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
+import { BaseBackend, checkOffset, failure, textWindow, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { type ErrorCode, StrataError, asStrataError, errors, isStrataError, printable, toErrorInfo } from "../core/errors.js";
 import { decodeText, fileDataFromBytes, fileDataSize, fileDataText } from "../core/filedata.js";
-import { DEFAULT_READ_LIMIT, errorString, formatRead, renderWindow, splitLines, validateReadWindow } from "../core/format.js";
+import { splitLines } from "../core/format.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { type Quota, type Usage, byteCount, checkQuota, timeoutSeconds, validateQuota } from "../core/limits.js";
@@ -35,13 +35,9 @@ import type {
   Result,
   SpawnOptions,
   SpawnedProcess,
-  FileDownloadResponse,
   FileInfo,
-  FileUploadResponse,
   GrepMatch,
-  GrepOptions,
   GrepResult,
-  WriteOptions,
   WriteResult,
 } from "../core/types.js";
 import {
@@ -309,6 +305,8 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   async spawn(command: string, options: SpawnOptions = {}): Promise<Result<SpawnedProcess>> {
     try {
       const checked = checkSpawn(options);
+      checkExecute(command, checked);
+      this.assertOpen();
       return spawnFromExecute((run) => this.doExecute(command, { ...checked, ...run }), checked.signal);
     } catch (error) {
       return { error: toErrorInfo(error) };
