@@ -32,6 +32,7 @@ import type {
   ExecuteOptions,
   ExecuteResponse,
   FileDataV2,
+  FilesUpdate,
   Result,
   SpawnOptions,
   SpawnedProcess,
@@ -834,6 +835,24 @@ fi`,
     } catch (error) {
       return failure(error, path);
     }
+  }
+
+  /** `mkdir` in the sandbox's shell; a failure is told apart by looking at the ancestors. */
+  protected override async doMkdir(filePath: string, recursive: boolean): Promise<FilesUpdate> {
+    this.assertOpen();
+    const path = normalizePath(filePath);
+    if (path === "/") return super.doMkdir(path, recursive);
+    const { status } = await this.runScript(
+      path,
+      `P=${shellQuote(this.sandboxPath(path))}
+if [ -d "$P" ] && [ ! -L "$P" ]; then echo ${recursive ? "ok" : "direxists"}; exit 0; fi
+if [ -e "$P" ] || [ -L "$P" ]; then echo exists; exit 0; fi
+if mkdir ${recursive ? "-p " : ""}-- "$P"; then echo ok; else echo mkdirfailed; fi`,
+    );
+    if (status === "direxists") throw new StrataError("already_exists", `Directory '${printable(path)}' already exists`, { path });
+    // mkdir failed: a file in the way of a parent, a missing parent, or no permission; the default checks tell which.
+    if (status === "mkdirfailed") await super.doMkdir(path, recursive).then(() => Promise.reject(errors.permissionDenied(path)));
+    return null;
   }
 
   /**

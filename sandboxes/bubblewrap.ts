@@ -223,6 +223,7 @@ export class BubblewrapSandbox extends BaseSandbox {
       maxOutputBytes,
       killAfterBytes: Math.max(maxOutputBytes, (this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES) * 64),
       onOutput: options.onOutput,
+      onData: options.onData,
       signal: this.commandSignal(options.signal),
     });
     if (response.exitCode === 137 && setup.memoryCgroup && (await oomKills(setup.memoryCgroup)) > setup.oomKillsSeen) {

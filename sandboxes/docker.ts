@@ -51,6 +51,7 @@ import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
 import { MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
+import { feedStdin } from "./process.js";
 import { LOCK_FN, lockName } from "./shell.js";
 import { optionalPackage } from "../stores/optional-package.js";
 
@@ -410,7 +411,7 @@ export class DockerSandbox extends BaseSandbox {
     const timeout = timeoutSeconds(options.timeout ?? this.options.timeout ?? 300);
     const cwd = normalizePath(options.cwd ?? "/");
     const marker = newMarker();
-    const stdin = options.stdin === undefined ? undefined : typeof options.stdin === "string" ? Buffer.from(options.stdin) : options.stdin;
+    const stdin = options.stdin;
     const sandboxMax = this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
     const maxOutputBytes = options.maxOutputBytes ?? sandboxMax;
 
@@ -441,6 +442,7 @@ export class DockerSandbox extends BaseSandbox {
       maxOutputBytes,
       killAfterBytes: Math.max(maxOutputBytes, sandboxMax * 64),
       onOutput: options.onOutput,
+      onData: options.onData,
       // close() aborts this signal too: the command is killed and the call rejects with sandbox_closed.
       signal: this.commandSignal(options.signal),
       // A sweep (timeout, abort, close, endless output) kills everything of the run; after a normal exit only what holds its output open.
@@ -475,8 +477,7 @@ export class DockerSandbox extends BaseSandbox {
     stream.on("end", end).on("close", end).on("error", (error) => run.fail(this.containerError(error)));
     if (stdin !== undefined) {
       // Half-closing the hijacked connection is what gives the command end-of-file on its stdin.
-      stream.write(stdin);
-      stream.end();
+      feedStdin(stdin, (chunk) => stream.write(chunk), () => stream.end());
     }
     return run.result;
   }

@@ -25,6 +25,7 @@ import { baseName, normalizePath, parentOf } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES, shellQuote } from "./base.js";
 import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
+import { feedStdin } from "./process.js";
 import { LOCK_FN, int, statusError, tempName } from "./shell.js";
 import { optionalPackage } from "../stores/optional-package.js";
 
@@ -234,6 +235,7 @@ export class SshSandbox extends BaseSandbox {
       maxOutputBytes,
       killAfterBytes: Math.max(maxOutputBytes, sandboxMax * 64),
       onOutput: options.onOutput,
+      onData: options.onData,
       // close() aborts this too: the command is killed and the call answers sandbox_closed.
       signal: this.commandSignal(options.signal),
       kill: (pgid, sweep) => this.kill(connection, pgid, sweep ? marker : undefined),
@@ -255,8 +257,7 @@ export class SshSandbox extends BaseSandbox {
     });
     channel.on("error", (error: unknown) => run.fail(connectionError(error)));
     channel.write(header);
-    if (options.stdin !== undefined) channel.write(typeof options.stdin === "string" ? Buffer.from(options.stdin) : options.stdin);
-    channel.end();
+    feedStdin(options.stdin, (chunk) => channel.write(chunk), () => channel.end());
     return run.result;
   }
 
