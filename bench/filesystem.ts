@@ -11,6 +11,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { FilesystemBackend as DeepagentsFilesystemBackend } from "deepagents";
 import { FilesystemBackend } from "../backends/filesystem.js";
+import { toSeedProtocol } from "../core/seed.js";
 import {
   type BenchGroup,
   type CaseResult,
@@ -138,7 +139,8 @@ export const filesystemGroup: BenchGroup = {
     const fileCount = ctx.quick ? 5_000 : 50_000;
     const label = `${fileCount / 1000}k-file tree`;
     const root = await generatedTree(ctx, fileCount);
-    const strata = new FilesystemBackend({ rootDir: root, virtualMode: true });
+    // Every row here has deepagents (the seed shape) among its peers, so Strata is measured through toSeedProtocol.
+    const strata = toSeedProtocol(new FilesystemBackend({ rootDir: root, virtualMode: true }));
     const deepagents = new DeepagentsFilesystemBackend({ rootDir: root, virtualMode: true });
     const haveRg = await commandAvailable("rg");
     if (!haveRg) ctx.log("rg not found: the ripgrep rows are left out (apt-get install ripgrep)");

@@ -83,6 +83,7 @@ export const runtimeGroup: BenchGroup = {
         const handle = await provider.open(specFor(name));
         try {
           const response = await handle.sandbox.execute("true");
+          if (response.error) throw new Error(`first command failed: ${response.error.message}`);
           if (response.exitCode !== 0) throw new Error(`first command failed: ${response.output.trim()}`);
         } finally {
           await provider.close(handle);

@@ -13,6 +13,10 @@
  *
  * Docker and SSH need the test services (scripts/services/30-docker.sh,
  * 40-sshd.sh); their variables are read from .services/env when not set.
+ *
+ * Where a deepagents backend is the peer (it answers in the seed shape: `cat -n`
+ * text, lsInfo, globInfo), Strata is measured through `toSeedProtocol`; against
+ * raw floors and alone, through its native API.
  */
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -22,7 +26,9 @@ import { fileURLToPath } from "node:url";
 import { BaseSandbox as DeepagentsBaseSandbox, LocalShellBackend } from "deepagents";
 import type Docker from "dockerode";
 import { packTar } from "modern-tar";
-import type { SandboxBackendProtocol } from "../core/protocol.js";
+import { unwrap } from "../core/base.js";
+import type { Sandbox } from "../core/protocol.js";
+import { toSeedProtocol, type SandboxBackendProtocol } from "../core/seed.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { shellQuote } from "../sandboxes/base.js";
 import { BubblewrapSandbox, type BubblewrapSandboxOptions } from "../sandboxes/bubblewrap.js";
@@ -64,17 +70,20 @@ function serviceVariable(name: string): string | undefined {
   }
 }
 
-type Closable = SandboxBackendProtocol & { close(): Promise<void> };
+type Closable = Sandbox;
 
-/** A BubblewrapSandbox that counts its execute round trips (every derived file operation goes through execute). */
+/**
+ * A BubblewrapSandbox that counts the commands it runs: every derived file
+ * operation, like `execute` itself, runs its script through `doExecute`.
+ */
 class CountingBubblewrap extends BubblewrapSandbox {
   executeCalls = 0;
   constructor(options?: BubblewrapSandboxOptions) {
     super(options);
   }
-  override execute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse> {
+  protected override doExecute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse> {
     this.executeCalls++;
-    return super.execute(command, options);
+    return super.doExecute(command, options);
   }
 }
 
@@ -101,24 +110,27 @@ function describeDockerTrips(before: DockerSandbox["stats"], after: DockerSandbo
  */
 class DeepagentsOverDocker extends DeepagentsBaseSandbox {
   readonly id: string;
+  /** The container's Strata sandbox in the seed shape deepagents expects (rejecting execute, four-code transfer errors). */
+  private readonly seed: SandboxBackendProtocol;
   constructor(private readonly strata: DockerSandbox) {
     super();
     this.id = `deepagents-${strata.id.slice(0, 12)}`;
+    this.seed = toSeedProtocol(strata);
   }
   private virtual(path: string): string {
     const ws = this.strata.workspace;
     return path.startsWith(`${ws}/`) ? path.slice(ws.length) : path;
   }
   async execute(command: string): Promise<{ output: string; exitCode: number | null; truncated: boolean }> {
-    const { output, exitCode, truncated } = await this.strata.execute(command);
+    const { output, exitCode, truncated } = await this.seed.execute(command);
     return { output, exitCode, truncated };
   }
   async uploadFiles(files: Array<[string, Uint8Array]>) {
-    const responses = await this.strata.uploadFiles(files.map(([path, bytes]) => [this.virtual(path), bytes] as const));
+    const responses = await this.seed.uploadFiles(files.map(([path, bytes]) => [this.virtual(path), bytes] as const));
     return responses.map((r, i) => ({ path: files[i]![0], error: r.error }));
   }
   async downloadFiles(paths: string[]) {
-    const responses = await this.strata.downloadFiles(paths.map((p) => this.virtual(p)));
+    const responses = await this.seed.downloadFiles(paths.map((p) => this.virtual(p)));
     return responses.map((r, i) => ({ path: paths[i]!, content: r.content, error: r.error }));
   }
 }
@@ -189,6 +201,7 @@ export const sandboxGroup: BenchGroup = {
     const probed = async <T extends Closable>(sandbox: T): Promise<T> => {
       try {
         const probe = await sandbox.execute("echo ok");
+        if (probe.error) throw new Error(probe.error.message);
         if (probe.exitCode !== 0) throw new Error(probe.output.trim());
         return sandbox;
       } catch (error) {
@@ -242,6 +255,7 @@ export const sandboxGroup: BenchGroup = {
         runs: n,
         run: async () => {
           const response = await sandbox.execute("true");
+          if (response.error) throw new Error(response.error.message);
           if (response.exitCode !== 0) throw new Error(`exit ${String(response.exitCode)}: ${response.output.trim()}`);
           return response.output.length;
         },
@@ -377,19 +391,21 @@ export const sandboxGroup: BenchGroup = {
       // ---- 2. round trips per file operation
       const opsCount = async (name: string, sandbox: Closable, trips: () => number, prefix: string) => {
         const counts: [string, number][] = [];
-        const count = async (op: string, run: () => Promise<unknown>) => {
+        const failures: string[] = [];
+        const count = async (op: string, run: () => Promise<{ error?: { message: string } }>) => {
           const before = trips();
-          await run();
+          const result = await run();
           counts.push([op, trips() - before]);
+          if (result.error) failures.push(`${op} failed: ${result.error.message}`);
         };
         const fixture = opsFixture(prefix);
         await count("upload batch (201 files)", () => sandbox.uploadFiles(fixture));
-        await count("ls", () => sandbox.lsInfo(`${prefix}/src/d1`));
+        await count("ls", () => sandbox.ls(`${prefix}/src/d1`));
         await count("read", () => sandbox.read(`${prefix}/read.txt`));
         await count("write", () => sandbox.write(`${prefix}/new.txt`, "new\n"));
         await count("edit", () => sandbox.edit(`${prefix}/new.txt`, "new", "old"));
-        await count("grep", () => sandbox.grep(TREE_NEEDLE, prefix));
-        await count("glob", () => sandbox.globInfo("**/*.txt", prefix));
+        await count("grep", () => sandbox.grep(TREE_NEEDLE, { path: prefix }));
+        await count("glob", () => sandbox.glob("**/*.txt", { path: prefix }));
         await count("download batch (201 files)", () => sandbox.downloadFiles(fixture.map(([path]) => path)));
         await count("delete", () => sandbox.delete(prefix));
         const met = counts.every(([op, n]) => n === 1 || (op === "edit" && n === 2));
@@ -400,10 +416,10 @@ export const sandboxGroup: BenchGroup = {
           strata: { name, medianMs: NaN, samples: 1 },
           peers: [],
           target: { kind: "check", met: met && edit === 1, text: "1 round trip per op" },
-          warnings: [],
+          warnings: failures,
           notes: [
             "Counted on a real sandbox by observing its round trips while each operation runs once on small files " +
-              "(Bubblewrap: calls to execute, through a subclass; Docker: daemon requests from DockerSandbox.stats, execs plus " +
+              "(Bubblewrap: commands run, counted by a subclass's doExecute; Docker: daemon requests from DockerSandbox.stats, execs plus " +
               "archive transfers). edit takes 2 by design: it fetches the file with a checksum, applies core's applyEdit here, " +
               "and writes back only if the checksum still matches (compare-and-swap in the shell), so a concurrent change " +
               "fails with `conflict` instead of being lost; a one-trip edit would need the shell to do the replacement, which " +
@@ -429,10 +445,10 @@ export const sandboxGroup: BenchGroup = {
         return {
           name,
           run: async () => {
-            const responses = await sandbox.uploadFiles(thousand(`/up-${label}-${n++}`));
-            const failed = responses.filter((r) => r.error);
-            if (failed.length > 0) throw new Error(`${failed.length} uploads failed, first: ${failed[0]!.error}`);
-            return responses.length;
+            const { files } = unwrap(await sandbox.uploadFiles(thousand(`/up-${label}-${n++}`)));
+            const failed = files.filter((r) => r.error);
+            if (failed.length > 0) throw new Error(`${failed.length} uploads failed, first: ${failed[0]!.error!.message}`);
+            return files.length;
           },
         };
       };
@@ -507,7 +523,7 @@ export const sandboxGroup: BenchGroup = {
             maxSamples: 3,
             strata: {
               name: "Strata BubblewrapSandbox",
-              run: async () => (await bwrap.uploadFiles(thousand(`/up-${n++}`))).filter((r) => !r.error).length,
+              run: async () => unwrap(await bwrap.uploadFiles(thousand(`/up-${n++}`))).files.filter((r) => !r.error).length,
             },
             peers: [],
             target: { kind: "check", met: calls <= 1, text: "one transfer (at most one round trip)" },
@@ -523,6 +539,8 @@ export const sandboxGroup: BenchGroup = {
       if (gnu) {
         ctx.log(`Strata vs deepagents BaseSandbox on docker (${gnu.label})`);
         const strata = gnu.sandbox;
+        // deepagents answers in the seed shape, so Strata's side is measured through toSeedProtocol.
+        const seed = toSeedProtocol(strata);
         const deepagents = new DeepagentsOverDocker(strata);
         const ws = strata.workspace;
         const fixture = opsFixture("/vs");
@@ -534,7 +552,7 @@ export const sandboxGroup: BenchGroup = {
           ["/vs/edit-s.txt", text("value: 0\n")],
           ["/vs/edit-d.txt", text("value: 0\n")],
         ]);
-        if (setup.some((r) => r.error)) throw new Error("could not set up the Strata-vs-deepagents files");
+        if (setup.error || setup.files.some((r) => r.error)) throw new Error("could not set up the Strata-vs-deepagents files");
         const counter = () => {
           let n = 0;
           return () => n++;
@@ -553,12 +571,12 @@ export const sandboxGroup: BenchGroup = {
         const ops: { op: string; strata: () => Promise<number>; deepagents: () => Promise<number> }[] = [
           {
             op: "ls (20 entries)",
-            strata: async () => (await strata.lsInfo("/vs/src/d1")).length,
+            strata: async () => (await seed.lsInfo("/vs/src/d1")).length,
             deepagents: async () => (await deepagents.ls(`${ws}/vs/src/d1`)).files?.length ?? -1,
           },
           {
             op: "read (100 lines)",
-            strata: async () => countLines(await strata.read("/vs/read.txt")),
+            strata: async () => countLines(await seed.read("/vs/read.txt")),
             deepagents: async () => {
               const r = await deepagents.read(`${ws}/vs/read.txt`);
               return typeof r.content === "string" ? countLines(r.content) : -1;
@@ -566,14 +584,14 @@ export const sandboxGroup: BenchGroup = {
           },
           {
             op: "write (new file)",
-            strata: async () => ((await strata.write(`/vs/new/s${sWrite()}.txt`, "hello\n")).error ? -1 : 1),
+            strata: async () => ((await seed.write(`/vs/new/s${sWrite()}.txt`, "hello\n")).error ? -1 : 1),
             deepagents: async () => ((await deepagents.write(`${ws}/vs/new/d${dWrite()}.txt`, "hello\n")).error ? -1 : 1),
           },
           {
             op: "edit",
             strata: async () => {
               const n = sEdit();
-              const r = await strata.edit("/vs/edit-s.txt", `value: ${n}`, `value: ${n + 1}`);
+              const r = await seed.edit("/vs/edit-s.txt", `value: ${n}`, `value: ${n + 1}`);
               if (r.error) throw new Error(r.error);
               return r.occurrences ?? -1;
             },
@@ -586,17 +604,17 @@ export const sandboxGroup: BenchGroup = {
           },
           {
             op: "grep (201 files)",
-            strata: async () => (await strata.grep(TREE_NEEDLE, "/vs/src")).matches.length,
+            strata: async () => (await seed.grep(TREE_NEEDLE, "/vs/src")).matches.length,
             deepagents: async () => (await deepagents.grep(TREE_NEEDLE, `${ws}/vs/src`)).matches?.length ?? -1,
           },
           {
             op: "glob `**/*.txt` (200 files)",
-            strata: async () => (await strata.globInfo("**/*.txt", "/vs/src")).length,
+            strata: async () => (await seed.globInfo("**/*.txt", "/vs/src")).length,
             deepagents: async () => (await deepagents.glob("**/*.txt", `${ws}/vs/src`)).files?.length ?? -1,
           },
           {
             op: "delete (a file)",
-            strata: async () => ((await strata.delete(`/vs/del/s${sDel()}.txt`)).error ? -1 : 1),
+            strata: async () => ((await seed.delete(`/vs/del/s${sDel()}.txt`)).error ? -1 : 1),
             deepagents: async () => ((await deepagents.delete(`${ws}/vs/del/d${dDel()}.txt`)).error ? -1 : 1),
           },
         ];
@@ -636,12 +654,14 @@ export const sandboxGroup: BenchGroup = {
       cleanups.push(() => hostBackend.close());
       for (const { name, sandbox } of onTree) {
         ctx.log(`grep and glob through ${name} over the ${tree}`);
+        // Against deepagents (the seed shape): Strata through toSeedProtocol.
+        const seed = toSeedProtocol(sandbox);
         results.push(
           await compare({
             group,
             reps: ctx.reps,
             name: `literal grep through the sandbox, ${tree}, ${name}`,
-            strata: { name: `Strata ${name}`, run: async () => (await sandbox.grep(TREE_NEEDLE, "/")).matches.length },
+            strata: { name: `Strata ${name}`, run: async () => (await seed.grep(TREE_NEEDLE, "/")).matches.length },
             peers: [{ name: "deepagents LocalShellBackend", run: async () => (await hostBackend.grep(TREE_NEEDLE, "/")).matches?.length ?? -1 }],
             notes: [
               "Strata's sandboxes derive grep and glob from a shell script run inside the sandbox (the same in bubblewrap, " +
@@ -653,7 +673,7 @@ export const sandboxGroup: BenchGroup = {
             group,
             reps: ctx.reps,
             name: `glob \`${GLOB}\` through the sandbox, ${tree}, ${name}`,
-            strata: { name: `Strata ${name}`, run: async () => (await sandbox.globInfo(GLOB, "/")).length },
+            strata: { name: `Strata ${name}`, run: async () => (await seed.globInfo(GLOB, "/")).length },
             peers: [{ name: "deepagents LocalShellBackend", run: async () => (await hostBackend.glob(GLOB, "/")).files?.length ?? -1 }],
           }),
         );

@@ -1,11 +1,14 @@
 /**
  * In memory: 100k small files (/dir{0..99}/f{0..999}.txt). Strata's StateBackend
  * against deepagents' StateBackend and just-bash's in-memory shell, each filled
- * through its own public write path with the same files.
+ * through its own public write path with the same files. deepagents answers
+ * in the seed shape, so Strata is measured through `toSeedProtocol` here
+ * (lsInfo, grep, globInfo), the same work plus a thin translation.
  */
 import { StateBackend as DeepagentsStateBackend } from "deepagents";
 import { Bash } from "just-bash";
 import { StateBackend } from "../backends/state.js";
+import { toSeedProtocol } from "../core/seed.js";
 import { countLines, type BenchGroup, type CaseResult, type Contender, type GroupContext, compare } from "./harness.js";
 
 const NEEDLE = "needle";
@@ -48,8 +51,9 @@ export const stateGroup: BenchGroup = {
     const strata = new StateBackend();
     for (const [path, text] of Object.entries(files)) {
       const result = await strata.write(path, text);
-      if (result.error) throw new Error(`Strata write failed: ${result.error}`);
+      if (result.error) throw new Error(`Strata write failed: ${result.error.message}`);
     }
+    const seed = toSeedProtocol(strata);
     const daState: DeepagentsFiles = { files: {} };
     const deepagents = deepagentsBackend(daState);
     for (const [path, text] of Object.entries(files)) {
@@ -76,7 +80,7 @@ export const stateGroup: BenchGroup = {
       await compare({
         ...common,
         name: `ls of a ${perDir}-entry directory (${label})`,
-        strata: { name: "Strata StateBackend", run: async () => (await strata.lsInfo(dir)).length },
+        strata: { name: "Strata StateBackend", run: async () => (await seed.lsInfo(dir)).length },
         peers: [deepagentsPeer(() => deepagents.ls(dir).files?.length ?? -1), justBash(`ls ${dir}`)],
         target: { kind: "ratio", peer: "deepagents StateBackend", min: 100, text: "≥ 100× faster" },
         notes: [
@@ -93,7 +97,7 @@ export const stateGroup: BenchGroup = {
       await compare({
         ...common,
         name: `literal grep over ${label}`,
-        strata: { name: "Strata StateBackend", run: async () => (await strata.grep(NEEDLE, "/")).matches.length },
+        strata: { name: "Strata StateBackend", run: async () => (await seed.grep(NEEDLE, "/")).matches.length },
         peers: [
           deepagentsPeer(() => (deepagents.grep(NEEDLE, "/") as { matches?: unknown[] }).matches?.length ?? -1),
           justBash(`grep -rnF ${NEEDLE} /`),
@@ -107,7 +111,7 @@ export const stateGroup: BenchGroup = {
       await compare({
         ...common,
         name: `glob \`${GLOB}\` over ${label}`,
-        strata: { name: "Strata StateBackend", run: async () => (await strata.globInfo(GLOB, "/")).length },
+        strata: { name: "Strata StateBackend", run: async () => (await seed.globInfo(GLOB, "/")).length },
         peers: [
           deepagentsPeer(() => deepagents.glob(GLOB, "/").files?.length ?? -1),
           justBash(`find / -type f -name 'f99*.txt'`),

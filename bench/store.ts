@@ -14,6 +14,11 @@
  * Those data sets are loaded once and reused: a SQLite file under the cache
  * directory, and a PostgreSQL table (strata_bench) whose namespaces carry a
  * marker key once complete.
+ *
+ * deepagents answers in the seed shape, so where it is the peer Strata is
+ * measured through `toSeedProtocol` (lsInfo, grep, readRaw → FileData, write);
+ * against agentfs-sdk (its own API) and alone, Strata is measured through its
+ * native API.
  */
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
@@ -21,7 +26,9 @@ import { InMemoryStore } from "@langchain/langgraph-checkpoint";
 import { AgentFS } from "agentfs-sdk";
 import { StoreBackend as DeepagentsStoreBackend } from "deepagents";
 import { StoreBackend } from "../backends/store.js";
+import { unwrap } from "../core/base.js";
 import { fileDataFromText } from "../core/filedata.js";
+import { toSeedProtocol } from "../core/seed.js";
 import type { FileData } from "../core/types.js";
 import { MemoryStore } from "../stores/memory.js";
 import { PostgresStore } from "../stores/postgres.js";
@@ -39,6 +46,11 @@ function smallText(i: number): string {
 
 function smallPath(prefix: string, i: number): string {
   return `${prefix}/d${i % 20}/f${i}.txt`;
+}
+
+/** A record's text as one string (a legacy record holds a list of lines). */
+function textOf(data: FileData): string {
+  return typeof data.content === "string" ? data.content : data.content.join("\n");
 }
 
 /** One fresh set of stores, each contender on its own. */
@@ -73,9 +85,11 @@ async function fill(stores: Stores, prefix: string, count: number, withAgentfs: 
   for (let i = 0; i < count; i++) {
     const path = smallPath(prefix, i);
     const text = smallText(i);
-    for (const result of [await stores.sqlite.write(path, text), await stores.memory.write(path, text), await stores.deepagents.write(path, text)]) {
-      if (result.error) throw new Error(`filling the stores failed: ${result.error}`);
+    for (const result of [await stores.sqlite.write(path, text), await stores.memory.write(path, text)]) {
+      if (result.error) throw new Error(`filling the stores failed: ${result.error.message}`);
     }
+    const deepagents = await stores.deepagents.write(path, text);
+    if (deepagents.error) throw new Error(`filling the stores failed: ${deepagents.error}`);
     if (withAgentfs) await stores.agentfs.fs.writeFile(path, text);
   }
 }
@@ -192,6 +206,7 @@ export const storeGroup: BenchGroup = {
       const writes = { ...common, maxSamples: ctx.reps };
       ctx.log(`${count} small writes, one file each`);
       const w = await fresh();
+      const wMemory = toSeedProtocol(w.memory);
       results.push(
         await compare({
           ...writes,
@@ -209,7 +224,7 @@ export const storeGroup: BenchGroup = {
         await compare({
           ...writes,
           name: `${count} small writes, in memory (new files, one call each)`,
-          strata: writer("Strata StoreBackend + MemoryStore", async (path, text) => !(await w.memory.write(path, text)).error),
+          strata: writer("Strata StoreBackend + MemoryStore", async (path, text) => !(await wMemory.write(path, text)).error),
           peers: [writer("deepagents StoreBackend + InMemoryStore", async (path, text) => !(await w.deepagents.write(path, text)).error)],
         }),
       );
@@ -217,6 +232,7 @@ export const storeGroup: BenchGroup = {
       ctx.log(`${count} small reads`);
       const r = await fresh();
       await fill(r, "/read", count, true);
+      const rMemory = toSeedProtocol(r.memory);
       const reader = (name: string, read: (path: string) => Promise<string>): Contender => ({
         name,
         run: async () => {
@@ -231,13 +247,13 @@ export const storeGroup: BenchGroup = {
           ...common,
           name: `${count} small reads, SQLite file (whole file, one call each; ${readAnswer})`,
           target: TEN_TIMES,
-          strata: reader("Strata StoreBackend + SqliteStore", async (path) => (await r.sqlite.readRaw(path)).content),
+          strata: reader("Strata StoreBackend + SqliteStore", async (path) => textOf(unwrap(await r.sqlite.readRaw(path)).data)),
           peers: [reader("agentfs-sdk", (path) => r.agentfs.fs.readFile(path, "utf8"))],
         }),
         await compare({
           ...common,
           name: `${count} small reads, in memory (whole file, one call each; ${readAnswer})`,
-          strata: reader("Strata StoreBackend + MemoryStore", async (path) => (await r.memory.readRaw(path)).content),
+          strata: reader("Strata StoreBackend + MemoryStore", async (path) => textOf(await rMemory.readRaw(path))),
           peers: [
             reader("deepagents StoreBackend + InMemoryStore", async (path) => {
               const { data } = await r.deepagents.readRaw(path);
@@ -250,6 +266,7 @@ export const storeGroup: BenchGroup = {
       ctx.log(`literal grep over ${grepFiles} stored files`);
       const g = await fresh();
       await fill(g, "/grep", grepFiles, false);
+      const [gSqlite, gMemory] = [toSeedProtocol(g.sqlite), toSeedProtocol(g.memory)];
       const deepagentsGrep: Contender = {
         name: "deepagents StoreBackend + InMemoryStore",
         run: async () => (await g.deepagents.grep(NEEDLE, "/grep")).matches?.length ?? -1,
@@ -262,13 +279,13 @@ export const storeGroup: BenchGroup = {
             "deepagents' StoreBackend runs over LangGraph's InMemoryStore (no on-disk LangGraph store is installed), " +
               "which favours it; it pages through store.search, 100 items a page.",
           ],
-          strata: { name: "Strata StoreBackend + SqliteStore", run: async () => (await g.sqlite.grep(NEEDLE, "/grep")).matches.length },
+          strata: { name: "Strata StoreBackend + SqliteStore", run: async () => (await gSqlite.grep(NEEDLE, "/grep")).matches.length },
           peers: [deepagentsGrep],
         }),
         await compare({
           ...common,
           name: `literal grep over ${grepFiles / 1000}k stored files, in memory`,
-          strata: { name: "Strata StoreBackend + MemoryStore", run: async () => (await g.memory.grep(NEEDLE, "/grep")).matches.length },
+          strata: { name: "Strata StoreBackend + MemoryStore", run: async () => (await gMemory.grep(NEEDLE, "/grep")).matches.length },
           peers: [deepagentsGrep],
         }),
       );
@@ -296,11 +313,14 @@ async function hundredThousand(ctx: GroupContext, group: string): Promise<CaseRe
     await store.close();
   }, ctx.log);
   const sqliteStore = new SqliteStore({ path: join(dbDir, "strata.db") });
-  const sqlite = new StoreBackend({ store: sqliteStore, namespace: ns });
+  const sqliteBackend = new StoreBackend({ store: sqliteStore, namespace: ns });
+  // Every row here is shown against deepagents (the seed shape): Strata through toSeedProtocol.
+  const sqlite = toSeedProtocol(sqliteBackend);
   ctx.log(`filling a MemoryStore and deepagents' InMemoryStore with ${label}`);
-  const memory = new StoreBackend({ store: new MemoryStore(), namespace: ns });
+  const memoryBackend = new StoreBackend({ store: new MemoryStore(), namespace: ns });
+  const memory = toSeedProtocol(memoryBackend);
   const encoder = new TextEncoder();
-  await inBatches(total, 5000, entry, (batch) => memory.store.putMany(ns, batch.map(([path, text]) => [path, fileDataFromText(text)] as const)));
+  await inBatches(total, 5000, entry, (batch) => memoryBackend.store.putMany(ns, batch.map(([path, text]) => [path, fileDataFromText(text)] as const)));
   const deepagents = new DeepagentsStoreBackend({ store: new InMemoryStore(), namespace: ns });
   await inBatches(total, 1000, entry, async (batch) => {
     for (const response of await deepagents.uploadFiles(batch.map(([path, text]) => [path, encoder.encode(text)]))) {
@@ -389,7 +409,7 @@ async function million(ctx: GroupContext, group: string): Promise<CaseResult[]> 
           group,
           reps: ctx.reps,
           name: `ls of a 1k-entry directory among ${keysLabel}, StoreBackend over ${name}`,
-          strata: { name: `Strata StoreBackend + ${name === "SQLite" ? "SqliteStore" : "PostgresStore"}`, run: async () => (await inKeys.lsInfo("/dir7")).length },
+          strata: { name: `Strata StoreBackend + ${name === "SQLite" ? "SqliteStore" : "PostgresStore"}`, run: async () => unwrap(await inKeys.ls("/dir7")).entries.length },
           peers: [],
           target: { kind: "absolute", maxMs: 5, text: "< 5 ms" },
         }),
@@ -401,7 +421,7 @@ async function million(ctx: GroupContext, group: string): Promise<CaseResult[]> 
             `The grep data sits in its own namespace beside the ${keysLabel} (same table, same text index), and is loaded once: ` +
               "a SQLite file in the benchmark cache, a PostgreSQL table strata_bench whose namespaces carry a marker key once complete.",
           ],
-          strata: { name: `Strata StoreBackend + ${name === "SQLite" ? "SqliteStore" : "PostgresStore"}`, run: async () => (await inLines.grep(RARE, "/")).matches.length },
+          strata: { name: `Strata StoreBackend + ${name === "SQLite" ? "SqliteStore" : "PostgresStore"}`, run: async () => unwrap(await inLines.grep(RARE, { path: "/" })).matches.length },
           peers: [],
           target: { kind: "absolute", maxMs: 50, text: "< 50 ms" },
         }),

@@ -41,7 +41,8 @@ async function main(): Promise<void> {
 
   try {
     step("ls /  — routes show up as directories");
-    show((await workspace.lsInfo("/")).map((info) => info.path));
+    const root = await workspace.ls("/");
+    show(root.error ?? root.entries.map((info) => info.path));
 
     step("write /app.py in the sandbox, then run it");
     show(await workspace.write("/app.py", 'print("hello from", __name__)\n', { overwrite: true }));
@@ -53,31 +54,34 @@ async function main(): Promise<void> {
     step("edit: an ambiguous string is refused with a count, replaceAll changes every one");
     await workspace.write("/scratch/config.ini", "debug = false\nverbose = false\n", { overwrite: true });
     show(await workspace.edit("/scratch/config.ini", "false", "true"));
-    show(await workspace.edit("/scratch/config.ini", "false", "true", true));
+    show(await workspace.edit("/scratch/config.ini", "false", "true", { replaceAll: true }));
     show(await workspace.read("/scratch/config.ini"));
 
     step("a memory in SQLite, appended to on every run");
     const stamp = new Date().toISOString();
     const existing = await workspace.read("/memories/log.md");
-    if (existing.startsWith("Error:")) show(await workspace.write("/memories/log.md", `# Runs\n- ${stamp}\n`));
+    if (existing.error?.code === "file_not_found") show(await workspace.write("/memories/log.md", `# Runs\n- ${stamp}\n`));
     else show(await workspace.edit("/memories/log.md", "# Runs\n", `# Runs\n- ${stamp}\n`));
-    show(await workspace.read("/memories/log.md", 0, 5));
+    show(await workspace.read("/memories/log.md", { offset: 0, limit: 5 }));
 
     step("grep fans out to every backend; the glob filter is the same dialect as glob");
-    show(await workspace.grep("hello", "/", null, { maxCount: 4 }));
-    show((await workspace.globInfo("**/*.md")).map((info) => info.path));
+    show(await workspace.grep("hello", { path: "/", maxCount: 4 }));
+    const docs = await workspace.glob("**/*.md");
+    show(docs.error ?? docs.entries.map((info) => info.path));
 
     step("upload and download bytes across backends, answers in input order");
     const png = Uint8Array.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 255]);
-    show(await workspace.uploadFiles([["/scratch/logo.png", png], ["/../escape", png], ["/memories/logo.png", png]]));
+    const uploads = await workspace.uploadFiles([["/scratch/logo.png", png], ["/../escape", png], ["/memories/logo.png", png]]);
+    show(uploads.error ?? uploads.files.map((u) => ({ path: u.path, error: u.error })));
     const downloads = await workspace.downloadFiles(["/memories/logo.png", "/nope"]);
-    show(downloads.map((d) => ({ path: d.path, bytes: d.content?.length ?? null, error: d.error })));
-    show(await workspace.read("/scratch/logo.png"));
+    show(downloads.error ?? downloads.files.map((d) => ({ path: d.path, bytes: d.content?.length ?? null, error: d.error?.code ?? null })));
+    const logo = await workspace.read("/scratch/logo.png");
+    show(logo.error ?? (logo.encoding === "binary" ? { path: logo.path, encoding: logo.encoding, mimeType: logo.mimeType, size: logo.size } : logo));
 
     step("hostile paths get invalid_path and nothing is written");
     for (const path of ["/../etc/passwd", "~/.ssh/id_rsa", "C:\\Windows", "/a/\0b"]) {
       const result = await workspace.write(path, "x");
-      console.log(`${JSON.stringify(path).padEnd(18)} → ${result.code}: ${result.error}`);
+      console.log(`${JSON.stringify(path).padEnd(18)} → ${result.error ? `${result.error.code}: ${result.error.message}` : `written: ${result.path}`}`);
     }
 
     step("a command past its timeout is killed with exit code 124");

@@ -1,5 +1,5 @@
 import { timeoutSeconds } from "../core/limits.js";
-import type { SandboxBackendProtocol } from "../core/protocol.js";
+import type { Sandbox } from "../core/protocol.js";
 import { BackendSandboxClosed, HandleError } from "./errors.js";
 import type { Payload, ResultOf } from "./payloads.js";
 import type { SandboxProvider, SandboxSpec } from "./provider.js";
@@ -20,7 +20,7 @@ export interface SandboxHandleOptions {
 /** What `handle.use()` returns: one reference, given back when the `await using` scope ends. */
 export interface SandboxLease extends AsyncDisposable {
   readonly handle: SandboxHandle;
-  readonly sandbox: SandboxBackendProtocol;
+  readonly sandbox: Sandbox;
 }
 
 type State = "open" | "closed" | "detached";
@@ -36,7 +36,7 @@ type State = "open" | "closed" | "detached";
  * After close, every use (acquire, release, dispatch, sandbox) throws
  * BackendSandboxClosed: a late release is a bug to surface, not a second close.
  */
-export class SandboxHandle<S extends SandboxBackendProtocol = SandboxBackendProtocol> {
+export class SandboxHandle<S extends Sandbox = Sandbox> {
   readonly spec: SandboxSpec;
   readonly remoteId: string | undefined;
   /**
@@ -79,7 +79,7 @@ export class SandboxHandle<S extends SandboxBackendProtocol = SandboxBackendProt
     return this.#state !== "open";
   }
 
-  /** The sandbox itself, for BackendProtocol calls. Throws once the handle is closed. */
+  /** The sandbox itself, for native API calls (`execute`, `read`, …). Throws once the handle is closed. */
   get sandbox(): S {
     this.#assertOpen();
     return this.#sandbox;

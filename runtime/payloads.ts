@@ -1,18 +1,18 @@
 import { randomBytes } from "node:crypto";
 import { z } from "zod";
-import { errors, fileOperationError, StrataError, type ErrorCode } from "../core/errors.js";
+import { errors, StrataError, type ErrorCode, type ErrorInfo } from "../core/errors.js";
 import { decodeText, encodeText } from "../core/filedata.js";
 import { timeoutSeconds } from "../core/limits.js";
 import { normalizePath, parentOf } from "../core/paths.js";
-import type { SandboxBackendProtocol } from "../core/protocol.js";
-import type { ExecuteOptions, FileInfo } from "../core/types.js";
+import type { Sandbox } from "../core/protocol.js";
+import type { ExecuteOptions, FileInfo, Result } from "../core/types.js";
 import { shellQuote, TIMEOUT_EXIT_CODE } from "../sandboxes/base.js";
 import { InvalidPayload } from "./errors.js";
 
 /**
  * Typed tool payloads (OpenRath's BackendTool* types), their results, and
  * `dispatchPayload`, which runs any payload against any sandbox through the
- * SandboxBackendProtocol alone, so every provider shares one implementation.
+ * native `Sandbox` API alone, so every provider shares one implementation.
  *
  * Payloads are validated with zod because they often arrive as JSON from a
  * model. Results are plain objects discriminated by `type`. A payload that
@@ -153,7 +153,7 @@ export interface FileContent {
 export interface FileEntries {
   type: "file_entries";
   path: string;
-  /** The contract's lsInfo entries: sorted, directories end in "/". */
+  /** The native `ls` entries: sorted, directories end in "/". */
   entries: FileInfo[];
 }
 
@@ -246,6 +246,16 @@ export function failureFrom(error: unknown, path?: string): ToolExecutionFailure
   return toolFailure("io_error", `The sandbox operation failed (${name})`, path);
 }
 
+/**
+ * A failure from a native result's `{ error }`: its code, message and path
+ * carried over unchanged (the full code: `sandbox_closed`, `not_a_directory`,
+ * …). `path` fills in only where the error names none and its code is about
+ * a path, as in `failureFrom`.
+ */
+function failureOf(error: ErrorInfo, path?: string): ToolExecutionFailure {
+  return toolFailure(error.code, error.message, error.path ?? (PATH_CODES.has(error.code) ? path : undefined));
+}
+
 /** The payload's path as a failure's `path`: normalised when it can be; a hostile one (NUL, over-long) is left out. */
 function failurePath(path: string | undefined): string | undefined {
   if (path === undefined) return undefined;
@@ -301,7 +311,7 @@ export interface DispatchContext {
  * comes back as a ToolExecutionFailure.
  */
 export async function dispatchPayload<P extends Payload>(
-  sandbox: SandboxBackendProtocol,
+  sandbox: Sandbox,
   payload: P,
   context: DispatchContext = {},
 ): Promise<ResultOf<P["type"]>> {
@@ -314,7 +324,7 @@ export async function dispatchPayload<P extends Payload>(
   }
 }
 
-function run(sandbox: SandboxBackendProtocol, payload: Payload, context: DispatchContext): Promise<PayloadResult> {
+function run(sandbox: Sandbox, payload: Payload, context: DispatchContext): Promise<PayloadResult> {
   switch (payload.type) {
     case "command.run":
       return runCommand(sandbox, payload, context);
@@ -331,7 +341,7 @@ function run(sandbox: SandboxBackendProtocol, payload: Payload, context: Dispatc
   }
 }
 
-async function runCommand(sandbox: SandboxBackendProtocol, payload: CommandRun, context: DispatchContext): Promise<CommandResult | ToolExecutionFailure> {
+async function runCommand(sandbox: Sandbox, payload: CommandRun, context: DispatchContext): Promise<CommandResult | ToolExecutionFailure> {
   const cmd = typeof payload.cmd === "string" ? payload.cmd : payload.cmd.map(shellQuote).join(" ");
   const cwd = payload.cwd === undefined ? undefined : normalizePath(payload.cwd);
   const run = await executeSeparated(sandbox, cmd, {
@@ -340,29 +350,37 @@ async function runCommand(sandbox: SandboxBackendProtocol, payload: CommandRun, 
     stdin: payload.stdin,
     timeout: payload.timeout,
   });
+  if (run.error) return failureOf(run.error, cwd);
   if (run.timedOut) return timeoutFailure(payload.timeout);
   return { type: "command_result", stdout: run.stdout, stderr: run.stderr, exitCode: run.exitCode, elapsedMs: run.elapsedMs, truncated: run.truncated };
 }
 
-async function readFile(sandbox: SandboxBackendProtocol, payload: FilesRead): Promise<FileContent | ToolExecutionFailure> {
+async function readFile(sandbox: Sandbox, payload: FilesRead): Promise<FileContent | ToolExecutionFailure> {
   const path = normalizePath(payload.path);
-  const [response] = await sandbox.downloadFiles([path]);
-  if (!response || response.error || !response.content) return failureFrom(fileOperationError(response?.error ?? "file_not_found", path), path);
-  if (payload.encoding === null) return { type: "file_content", path, data: response.content, encoding: null };
-  const text = decodeText(response.content);
-  if (text === null) return failureFrom(errors.binary(path, response.content.length), path);
+  const downloaded = await sandbox.downloadFiles([path]);
+  if (downloaded.error) return failureOf(downloaded.error, path);
+  const [item] = downloaded.files;
+  if (item?.error) return failureOf(item.error, path);
+  if (!item?.content) return failureFrom(errors.notFound(path), path);
+  if (payload.encoding === null) return { type: "file_content", path, data: item.content, encoding: null };
+  const text = decodeText(item.content);
+  if (text === null) return failureFrom(errors.binary(path, item.content.length), path);
   return { type: "file_content", path, data: text, encoding: "utf-8" };
 }
 
-async function writeFile(sandbox: SandboxBackendProtocol, payload: FilesWrite): Promise<FileWriteResult | ToolExecutionFailure> {
+async function writeFile(sandbox: Sandbox, payload: FilesWrite): Promise<FileWriteResult | ToolExecutionFailure> {
   const path = normalizePath(payload.path);
   if (path === "/") return failureFrom(errors.isDirectory(path), path);
   const bytes = typeof payload.data === "string" ? encodeText(payload.data) : payload.data;
-  const [response] = await sandbox.uploadFiles([[path, bytes]]);
-  if (!response || response.error) return failureFrom(fileOperationError(response?.error ?? "permission_denied", path), path);
+  const uploaded = await sandbox.uploadFiles([[path, bytes]]);
+  if (uploaded.error) return failureOf(uploaded.error, path);
+  const [item] = uploaded.files;
+  if (!item) return failureFrom(errors.io(path), path);
+  if (item.error) return failureOf(item.error, path);
   if (payload.mode !== undefined) {
-    // The protocol has no chmod; the sandbox's own chmod, relative to the workspace root, sets the bits.
+    // The native API has no chmod; the sandbox's own chmod, relative to the workspace root, sets the bits.
     const chmod = await sandbox.execute(`chmod ${payload.mode.toString(8)} ${shellQuote(`.${path}`)}`, { cwd: "/" });
+    if (chmod.error) return failureOf(chmod.error, path);
     if (chmod.exitCode !== 0) {
       const said = chmod.output.trim().split("\n")[0]?.slice(0, 200);
       return toolFailure("permission_denied", `Wrote '${path}' but could not set its mode to ${payload.mode.toString(8)}${said ? ` (${said})` : ""}`, path);
@@ -371,17 +389,20 @@ async function writeFile(sandbox: SandboxBackendProtocol, payload: FilesWrite): 
   return { type: "file_write_result", path, bytesWritten: bytes.length };
 }
 
-async function listFiles(sandbox: SandboxBackendProtocol, payload: FilesList): Promise<FileEntries> {
+async function listFiles(sandbox: Sandbox, payload: FilesList): Promise<FileEntries | ToolExecutionFailure> {
   const path = normalizePath(payload.path);
-  return { type: "file_entries", path, entries: await sandbox.lsInfo(path) };
+  const listed = await sandbox.ls(path);
+  if (listed.error) return failureOf(listed.error, path);
+  return { type: "file_entries", path, entries: listed.entries };
 }
 
 /** Looks the name up in its parent's listing: an empty directory and a missing one both list as []. */
-async function fileExists(sandbox: SandboxBackendProtocol, payload: FilesExists): Promise<boolean> {
+async function fileExists(sandbox: Sandbox, payload: FilesExists): Promise<boolean | ToolExecutionFailure> {
   const path = normalizePath(payload.path);
   if (path === "/") return true;
-  const siblings = await sandbox.lsInfo(parentOf(path));
-  return siblings.some((entry) => entry.path === path || entry.path === `${path}/`);
+  const siblings = await sandbox.ls(parentOf(path));
+  if (siblings.error) return failureOf(siblings.error, path);
+  return siblings.entries.some((entry) => entry.path === path || entry.path === `${path}/`);
 }
 
 /** Interpreters tried in order for each language; the program is read from stdin (`-`/`-s`), never from argv. */
@@ -393,7 +414,7 @@ const INTERPRETERS: Record<CodeLanguage, { names: string[]; stdinArg: string }> 
   sh: { names: ["sh"], stdinArg: "-s" },
 };
 
-async function runCode(sandbox: SandboxBackendProtocol, payload: CodeRun, context: DispatchContext): Promise<CodeResult | ToolExecutionFailure> {
+async function runCode(sandbox: Sandbox, payload: CodeRun, context: DispatchContext): Promise<CodeResult | ToolExecutionFailure> {
   const { names, stdinArg } = INTERPRETERS[payload.language];
   const missing = `__STRATA_NO_INTERPRETER_${nonce()}__`;
   const script = [
@@ -405,6 +426,7 @@ async function runCode(sandbox: SandboxBackendProtocol, payload: CodeRun, contex
     `exec "$__strata_interp" ${stdinArg}`,
   ].join("\n");
   const run = await executeSeparated(sandbox, script, { env: mergeEnv(context.env, undefined), stdin: payload.code, timeout: payload.timeout });
+  if (run.error) return failureOf(run.error);
   if (run.exitCode === 127 && run.stdout === missing) {
     // Core has no code of its own for this: the sandbox does not support the language.
     return toolFailure("unsupported", `No ${payload.language} interpreter in this sandbox (looked for ${names.join(", ")} on PATH)`);
@@ -436,7 +458,7 @@ interface SeparatedRun {
 }
 
 /**
- * The protocol's `execute` returns stdout and stderr combined. To hand them
+ * The native `execute` returns stdout and stderr combined. To hand them
  * back apart, the command runs in a subshell whose stderr goes to a temporary
  * file inside the sandbox; after it ends, the wrapper prints a random marker
  * and then that file. Everything before the marker is stdout, everything
@@ -453,7 +475,7 @@ interface SeparatedRun {
  * would keep the wrapper waiting. Without mktemp, stderr stays in the
  * combined output (reported as stdout) rather than going to a guessable name.
  */
-async function executeSeparated(sandbox: SandboxBackendProtocol, cmd: string, options: ExecuteOptions): Promise<SeparatedRun> {
+async function executeSeparated(sandbox: Sandbox, cmd: string, options: ExecuteOptions): Promise<Result<SeparatedRun>> {
   const marker = `__STRATA_STDERR_${nonce()}__`;
   const script = [
     `if __strata_err=$(mktemp 2>/dev/null); then exec 3>"$__strata_err" 4<"$__strata_err"; rm -f -- "$__strata_err"; else exec 3>&2 4</dev/null; fi`,
@@ -467,6 +489,7 @@ async function executeSeparated(sandbox: SandboxBackendProtocol, cmd: string, op
   const started = performance.now();
   const response = await sandbox.execute(script, options);
   const elapsedMs = performance.now() - started;
+  if (response.error) return response;
   const at = response.output.lastIndexOf(marker);
   if (at === -1) {
     // Only a killed wrapper ends without the marker and with the timeout status.

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { StrataError } from "../core/errors.js";
-import type { SandboxBackendProtocol } from "../core/protocol.js";
+import type { Sandbox } from "../core/protocol.js";
 import { BackendSandboxClosed, BackendUnavailable, InvalidSpec, ProviderError, UnsupportedBackendTool } from "./errors.js";
 import { SandboxHandle } from "./handle.js";
 import { dispatchPayload, PAYLOAD_TYPES, TimeoutSchema, type Payload, type PayloadType, type ResultOf } from "./payloads.js";
@@ -120,8 +120,8 @@ export function parseSpec(spec: unknown): SandboxSpec {
 
 // ---------------------------------------------------------------- base class
 
-/** A sandbox a provider can close. */
-export type ClosableSandbox = SandboxBackendProtocol & { close(): Promise<void> };
+/** A sandbox a provider can close: every native `Sandbox` has `close()`. */
+export type ClosableSandbox = Sandbox;
 
 /** What a provider's `create`/`attach` hands to the base class. */
 export interface OpenedSandbox {

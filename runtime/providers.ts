@@ -3,6 +3,7 @@ import { existsSync, readFileSync, statSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { homedir } from "node:os";
 import { delimiter, join } from "node:path";
+import { unwrap } from "../core/base.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { DockerSandbox } from "../sandboxes/docker.js";
 import { shellQuote } from "../sandboxes/base.js";
@@ -182,8 +183,10 @@ export class SshProvider extends SandboxProviderBase {
     if (owned) {
       // Others on the machine have no business in it.
       const chmod = await sandbox.execute(`chmod 700 ${shellQuote(target.workspace)}`);
-      if (chmod.exitCode !== 0) {
+      if (chmod.error || chmod.exitCode !== 0) {
         await sandbox.close();
+        // The sandbox's own failure (a dropped connection, say) passes through as the StrataError it is.
+        if (chmod.error) unwrap(chmod);
         throw new ProviderError("permission_denied", "Cannot make the remote workspace private");
       }
     }
@@ -193,7 +196,8 @@ export class SshProvider extends SandboxProviderBase {
       created: owned,
       teardown: async () => {
         try {
-          if (owned && !sandbox.closed) await sandbox.execute(`cd / && rm -rf -- ${shellQuote(target.workspace)}`, { timeout: 60 });
+          // A failure to reach the sandbox surfaces from close; rm's own exit status does not.
+          if (owned && !sandbox.closed) unwrap(await sandbox.execute(`cd / && rm -rf -- ${shellQuote(target.workspace)}`, { timeout: 60 }));
         } finally {
           await sandbox.close();
         }

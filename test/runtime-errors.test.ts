@@ -211,7 +211,9 @@ describe("payload failures reach the caller as { error: { code, message } }", ()
     await sandbox.close(); // as a container killed or a connection lost would: the handle itself is still open
     expect(handle.closed).toBe(false);
     expectFailure(await handle.dispatch(commandRun({ cmd: "echo never" })), "sandbox_closed");
-    expectFailure(await handle.dispatch(filesList({ path: "/" })), "sandbox_closed");
+    // A files payload's native failure comes through unchanged, the path it was about included.
+    expectFailure(await handle.dispatch(filesList({ path: "/" })), "sandbox_closed", "/");
+    expectFailure(await handle.dispatch(filesRead({ path: "/x.txt" })), "sandbox_closed", "/x.txt");
     expectFailure(await dispatchPayload(sandbox, codeRun({ code: "echo never", language: "sh" })), "sandbox_closed");
     // A closed *handle* is the caller's bug: OpenRath's BackendSandboxClosed is thrown.
     await handle.close();

@@ -50,7 +50,7 @@ describe("sandbox handle reference counting", () => {
     await Promise.all(Array.from({ length: 100 }, () => handle.release()));
     expect(provider.teardowns).toBe(1);
     expect(handle.refcount).toBe(0);
-    await expect(sandbox.execute("true")).rejects.toSatisfy((error) => isStrataError(error, "sandbox_closed"));
+    expect(await sandbox.execute("true")).toMatchObject({ error: { code: "sandbox_closed" } });
   });
 
   it("concurrent closes tear down once", async () => {
