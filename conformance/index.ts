@@ -42,6 +42,8 @@ export interface ConformanceCapabilities {
   realDirectories?: boolean;
   /** The code operations answer after `close` (default `sandbox_closed`; stores answer `unavailable`). */
   closedCode?: ErrorCode;
+  /** spawn's stderr arrives merged into stdout (Docker and SSH: one output stream); see NativeOptions. */
+  mergedStderr?: boolean;
 }
 
 export interface ConformanceTarget<B extends Backend = Backend> {
@@ -631,6 +633,7 @@ export function runConformance<B extends Backend>(target: ConformanceTarget<B>):
       backend: () => native,
       realDirectories: caps.realDirectories ?? caps.execute === true,
       execute: caps.execute === true,
+      separateStderr: caps.mergedStderr !== true,
     });
 
     describeReliability({

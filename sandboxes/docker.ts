@@ -783,9 +783,13 @@ function uploadError(status: string | undefined): ErrorCode | null {
     case "isdir":
       return "is_directory";
     case "notdir":
-      return "invalid_path";
+      return "not_a_directory";
+    case "quota":
+      return "quota_exceeded";
+    case "failed":
+      return "io_error";
     default:
-      // "link": a link in the way is refused like an unwritable directory; "denied", "failed", or no answer at all.
+      // "link": a link in the way is refused like an unwritable directory; "denied", or no answer at all.
       return "permission_denied";
   }
 }

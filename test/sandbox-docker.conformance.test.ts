@@ -14,6 +14,6 @@ for (const [name, image] of Object.entries(images)) {
     destroy: (sandbox) => sandbox.close(),
     close: (sandbox) => sandbox.close(),
     // Every operation is a docker exec (~50-80 ms); fewer property runs keep the file near a minute per image.
-    capabilities: { execute: true, propertyRuns: 10 },
+    capabilities: { execute: true, propertyRuns: 10, mergedStderr: true },
   });
 }

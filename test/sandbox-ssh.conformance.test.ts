@@ -19,5 +19,5 @@ runConformance({
   create: () => SshSandbox.connect({ ...options, workspace: `${root}/${randomUUID()}` }),
   destroy: (sandbox) => sandbox.close(),
   close: (sandbox) => sandbox.close(),
-  capabilities: { execute: true },
+  capabilities: { execute: true, mergedStderr: true },
 });
