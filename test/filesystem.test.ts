@@ -8,6 +8,7 @@ import { FilesystemBackend } from "../backends/filesystem.js";
 import { StateBackend } from "../backends/state.js";
 import { isStrataError } from "../core/errors.js";
 import { formatRead } from "../core/format.js";
+import { toSeedProtocol, type BackendProtocol } from "../core/seed.js";
 import type { GrepMatch } from "../core/types.js";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
@@ -16,6 +17,8 @@ const rgOnPath = spawnSync("rg", ["--version"]).status === 0;
 let root: string;
 let outside: string;
 let backend: FilesystemBackend;
+/** The seed protocol over `backend`. */
+let seed: BackendProtocol;
 
 beforeEach(async () => {
   const base = await fs.mkdtemp(path.join(os.tmpdir(), "strata-fs-test-"));
@@ -27,6 +30,7 @@ beforeEach(async () => {
   await fs.writeFile(path.join(outside, "outside-only.txt"), "TOP SECRET too\n");
   await fs.writeFile(path.join(outside, "sub", "deep.txt"), "TOP SECRET deep\n");
   backend = new FilesystemBackend({ rootDir: root });
+  seed = toSeedProtocol(backend);
 });
 
 afterEach(async () => {
@@ -67,30 +71,30 @@ describe("symlinks are never followed", () => {
 
   it("cannot read, download or edit through a symlink, to /etc or elsewhere", async () => {
     for (const p of ["/etc/passwd", "/etc/hostname", "/out/secret.txt", "/out/sub/deep.txt", "/secret-link.txt", "/alias/inside.txt"]) {
-      const read = await backend.read(p);
+      const read = await seed.read(p);
       expect(read, p).toMatch(/^Error: Permission denied: .*symlinks are not followed/);
-      expect(await code(backend.readRaw(p))).toBe("permission_denied");
-      expect((await backend.downloadFiles([p]))[0]!.error).toBe("permission_denied");
-      expect((await backend.edit(p, "TOP", "HACKED")).code).toBe("permission_denied");
+      expect(await code(seed.readRaw(p))).toBe("permission_denied");
+      expect((await seed.downloadFiles([p]))[0]!.error).toBe("permission_denied");
+      expect((await seed.edit(p, "TOP", "HACKED")).code).toBe("permission_denied");
     }
-    expect(await backend.read("/real/inside.txt")).toBe("     1\tinside");
+    expect(await seed.read("/real/inside.txt")).toBe("     1\tinside");
   });
 
   it("cannot write, upload or delete through a symlink; writing over a link is refused; deleting a link removes only the link", async () => {
     const before = await snapshot(outside);
-    expect((await backend.write("/out/new.txt", "x")).code).toBe("permission_denied");
-    expect((await backend.write("/out/sub/new.txt", "x")).code).toBe("permission_denied");
-    expect((await backend.write("/etc/strata-test", "x")).code).toBe("permission_denied");
-    expect((await backend.write("/secret-link.txt", "x", { overwrite: true })).code).toBe("permission_denied");
-    expect((await backend.write("/secret-link.txt", "x")).code).toBe("already_exists");
-    expect(await backend.uploadFiles([["/out/up.bin", bytes("x")], ["/secret-link.txt", bytes("x")]])).toEqual([
+    expect((await seed.write("/out/new.txt", "x")).code).toBe("permission_denied");
+    expect((await seed.write("/out/sub/new.txt", "x")).code).toBe("permission_denied");
+    expect((await seed.write("/etc/strata-test", "x")).code).toBe("permission_denied");
+    expect((await seed.write("/secret-link.txt", "x", { overwrite: true })).code).toBe("permission_denied");
+    expect((await seed.write("/secret-link.txt", "x")).code).toBe("already_exists");
+    expect(await seed.uploadFiles([["/out/up.bin", bytes("x")], ["/secret-link.txt", bytes("x")]])).toEqual([
       { path: "/out/up.bin", error: "permission_denied" },
       { path: "/secret-link.txt", error: "permission_denied" },
     ]);
-    expect((await backend.delete("/out/secret.txt")).code).toBe("permission_denied");
-    expect((await backend.delete("/out/sub")).code).toBe("permission_denied");
-    expect((await backend.delete("/out")).error).toBeUndefined();
-    expect((await backend.delete("/secret-link.txt")).error).toBeUndefined();
+    expect((await seed.delete("/out/secret.txt")).code).toBe("permission_denied");
+    expect((await seed.delete("/out/sub")).code).toBe("permission_denied");
+    expect((await seed.delete("/out")).error).toBeUndefined();
+    expect((await seed.delete("/secret-link.txt")).error).toBeUndefined();
     expect(await snapshot(outside)).toEqual(before);
     await expect(fs.access("/etc/strata-test")).rejects.toThrow();
   });
@@ -100,13 +104,13 @@ describe("symlinks are never followed", () => {
     await fs.symlink(outside, path.join(root, "tree", "inner", "link-dir"));
     await fs.symlink(path.join(outside, "secret.txt"), path.join(root, "tree", "link-file"));
     const before = await snapshot(outside);
-    expect((await backend.delete("/tree")).error).toBeUndefined();
+    expect((await seed.delete("/tree")).error).toBeUndefined();
     expect(await snapshot(outside)).toEqual(before);
     await expect(fs.lstat(path.join(root, "tree"))).rejects.toThrow();
   });
 
   it("lists links as entries, never as directories, and cannot list through them", async () => {
-    const listing = await backend.lsInfo("/");
+    const listing = await seed.lsInfo("/");
     expect(listing.map((i) => [i.path, i.is_dir])).toEqual([
       ["/alias", false],
       ["/etc", false],
@@ -114,15 +118,15 @@ describe("symlinks are never followed", () => {
       ["/real/", true],
       ["/secret-link.txt", false],
     ]);
-    expect((await backend.lsInfo("/out")).map((i) => i.path)).toEqual(["/out"]);
+    expect((await seed.lsInfo("/out")).map((i) => i.path)).toEqual(["/out"]);
     expect(listing.find((i) => i.path === "/etc")!.size).toBeUndefined(); // a link's size is its target's length
-    expect(await code(backend.lsInfo("/out/sub"))).toBe("permission_denied");
-    expect(await code(backend.lsInfo("/etc/ssl"))).toBe("permission_denied");
-    expect(await code(backend.lsInfo("/alias/x"))).toBe("permission_denied");
+    expect(await code(seed.lsInfo("/out/sub"))).toBe("permission_denied");
+    expect(await code(seed.lsInfo("/etc/ssl"))).toBe("permission_denied");
+    expect(await code(seed.lsInfo("/alias/x"))).toBe("permission_denied");
   });
 
   it.each([true, false])("glob and grep (ripgrep: %s) skip links and refuse to start at one", async (useRipgrep) => {
-    const subject = new FilesystemBackend({ rootDir: root, useRipgrep });
+    const subject = toSeedProtocol(new FilesystemBackend({ rootDir: root, useRipgrep }));
     expect((await subject.globInfo("**")).map((i) => i.path)).toEqual(["/real/inside.txt"]);
     expect(await subject.grepRaw("SECRET")).toEqual([]);
     expect(await subject.grepRaw("root")).toEqual([]); // /etc/passwd would match
@@ -166,25 +170,25 @@ describe("races", () => {
     const seen: string[] = [];
     let insideReads = 0;
     let refusals = 0;
-    const grepper = new FilesystemBackend({ rootDir: root, useRipgrep: false });
+    const grepper = toSeedProtocol(new FilesystemBackend({ rootDir: root, useRipgrep: false }));
     while (running) {
       const results = await Promise.all([
-        backend.read("/sw/target.txt"),
-        backend.read("/sw/deep/a/f.txt"),
-        backend.write("/sw/target.txt", "overwritten\n", { overwrite: true }),
-        backend.write("/sw/deep/a/new.txt", "new\n"),
-        backend.edit("/sw/victim.txt", "victim", "edited"),
-        backend.delete("/sw/victim.txt"),
-        backend.delete("/sw/deep/a/f.txt"),
-        backend.uploadFiles([["/sw/deep/up.txt", bytes("up")]]),
-        backend.downloadFiles(["/sw/target.txt", "/sw/deep/a/f.txt"]).then((d) => d.map((x) => new TextDecoder().decode(x.content ?? new Uint8Array()))),
-        backend.lsInfo("/sw").catch(String),
-        backend.lsInfo("/sw/deep/a").catch(String),
-        backend.globInfo("**", "/sw").catch(String),
-        backend.grep("SECRET", "/sw").catch(String),
+        seed.read("/sw/target.txt"),
+        seed.read("/sw/deep/a/f.txt"),
+        seed.write("/sw/target.txt", "overwritten\n", { overwrite: true }),
+        seed.write("/sw/deep/a/new.txt", "new\n"),
+        seed.edit("/sw/victim.txt", "victim", "edited"),
+        seed.delete("/sw/victim.txt"),
+        seed.delete("/sw/deep/a/f.txt"),
+        seed.uploadFiles([["/sw/deep/up.txt", bytes("up")]]),
+        seed.downloadFiles(["/sw/target.txt", "/sw/deep/a/f.txt"]).then((d) => d.map((x) => new TextDecoder().decode(x.content ?? new Uint8Array()))),
+        seed.lsInfo("/sw").catch(String),
+        seed.lsInfo("/sw/deep/a").catch(String),
+        seed.globInfo("**", "/sw").catch(String),
+        seed.grep("SECRET", "/sw").catch(String),
         grepper.grep("SECRET").catch(String),
-        backend.grep("SECRET").catch(String),
-        backend.readRaw("/sw/target.txt").catch(String),
+        seed.grep("SECRET").catch(String),
+        seed.readRaw("/sw/target.txt").catch(String),
       ]);
       if (/^ {5}1\t(inside target|overwritten)$/.test(String(results[0]))) insideReads++;
       if (String(results[0]).includes("symlinks are not followed")) refusals++;
@@ -206,7 +210,7 @@ describe("races", () => {
 
 describe("atomic writes", () => {
   it("concurrent creators of one path: exactly one wins, the file holds its content", async () => {
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => backend.write("/race.txt", `writer ${i}`)));
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => seed.write("/race.txt", `writer ${i}`)));
     const winners = results.filter((r) => r.error === undefined);
     expect(winners).toHaveLength(1);
     expect(results.filter((r) => r.code === "already_exists")).toHaveLength(19);
@@ -221,7 +225,7 @@ describe("atomic writes", () => {
         () => true,
         () => false,
       );
-      const ours = backend.write(`/${name}`, "ours");
+      const ours = seed.write(`/${name}`, "ours");
       const [theirsWon, ourResult] = await Promise.all([theirs, ours]);
       const oursWon = ourResult.error === undefined;
       expect(oursWon !== theirsWon, `round ${round}`).toBe(true);
@@ -231,10 +235,10 @@ describe("atomic writes", () => {
 
   it("readers see the old or the new content, never a torn file; no temp files are left", async () => {
     const size = 2 * 1024 * 1024;
-    await backend.write("/big.txt", "a".repeat(size));
+    await seed.write("/big.txt", "a".repeat(size));
     let writing = true;
     const writer = (async () => {
-      for (let i = 0; i < 20; i++) await backend.write("/big.txt", (i % 2 ? "a" : "b").repeat(size), { overwrite: true });
+      for (let i = 0; i < 20; i++) await seed.write("/big.txt", (i % 2 ? "a" : "b").repeat(size), { overwrite: true });
       writing = false;
     })();
     let reads = 0;
@@ -250,11 +254,11 @@ describe("atomic writes", () => {
   });
 
   it("edit and overwrite keep the file's permission bits", async () => {
-    await backend.write("/script.sh", "echo one\n");
+    await seed.write("/script.sh", "echo one\n");
     await fs.chmod(path.join(root, "script.sh"), 0o750);
-    expect((await backend.edit("/script.sh", "one", "two")).occurrences).toBe(1);
+    expect((await seed.edit("/script.sh", "one", "two")).occurrences).toBe(1);
     expect((await fs.stat(path.join(root, "script.sh"))).mode & 0o777).toBe(0o750);
-    await backend.write("/script.sh", "echo three\n", { overwrite: true });
+    await seed.write("/script.sh", "echo three\n", { overwrite: true });
     expect((await fs.stat(path.join(root, "script.sh"))).mode & 0o777).toBe(0o750);
     expect(await fs.readFile(path.join(root, "script.sh"), "utf8")).toBe("echo three\n");
   });
@@ -262,9 +266,9 @@ describe("atomic writes", () => {
 
 describe("no host path in any result or error", () => {
   it("covers every error path, including filesystem errors", async () => {
-    await backend.write("/file.txt", "x");
-    await backend.write("/dir/inner.txt", "x");
-    await backend.uploadFiles([["/bin.dat", Uint8Array.from([0, 1, 2, 255])]]);
+    await seed.write("/file.txt", "x");
+    await seed.write("/dir/inner.txt", "x");
+    await seed.uploadFiles([["/bin.dat", Uint8Array.from([0, 1, 2, 255])]]);
     await fs.symlink("/etc", path.join(root, "link"));
     spawnSync("mkfifo", [path.join(root, "fifo")]);
     const outputs: unknown[] = [];
@@ -276,19 +280,19 @@ describe("no host path in any result or error", () => {
       }
     };
     for (const p of ["/missing.txt", "/dir", "/bin.dat", "/file.txt/child", "/link/passwd", "/link", "/fifo", "/", "/dir/inner.txt/x/y"]) {
-      await collect(backend.read(p));
-      await collect(backend.readRaw(p));
-      await collect(backend.write(p, "y"));
-      await collect(backend.write(p, "y", { overwrite: true }));
-      await collect(backend.edit(p, "x", "y"));
-      await collect(backend.delete(`${p}/nope`));
-      await collect(backend.lsInfo(`${p}/sub`));
-      await collect(backend.grep("x", p));
-      await collect(backend.globInfo("*", p));
-      await collect(backend.uploadFiles([[`${p}/u`, bytes("u")]]));
-      await collect(backend.downloadFiles([p]));
+      await collect(seed.read(p));
+      await collect(seed.readRaw(p));
+      await collect(seed.write(p, "y"));
+      await collect(seed.write(p, "y", { overwrite: true }));
+      await collect(seed.edit(p, "x", "y"));
+      await collect(seed.delete(`${p}/nope`));
+      await collect(seed.lsInfo(`${p}/sub`));
+      await collect(seed.grep("x", p));
+      await collect(seed.globInfo("*", p));
+      await collect(seed.uploadFiles([[`${p}/u`, bytes("u")]]));
+      await collect(seed.downloadFiles([p]));
     }
-    const broken = new FilesystemBackend({ rootDir: path.join(root, "file.txt", "below-a-file") });
+    const broken = toSeedProtocol(new FilesystemBackend({ rootDir: path.join(root, "file.txt", "below-a-file") }));
     await collect(broken.read("/x"));
     await collect(broken.lsInfo("/"));
     const text = JSON.stringify(outputs);
@@ -347,7 +351,7 @@ describe("read streams large files", () => {
           return `Error: ${(error as Error).message}`;
         }
       })();
-      expect(await backend.read("/big.txt", offset, limit), `offset ${offset} limit ${limit}`).toBe(expected);
+      expect(await seed.read("/big.txt", offset, limit), `offset ${offset} limit ${limit}`).toBe(expected);
     }
   });
 
@@ -357,7 +361,7 @@ describe("read streams large files", () => {
     for (let i = 0; i < 100; i++) await handle.write(block); // ~53 MB, 1,000,000 lines
     await handle.close();
     const before = process.memoryUsage();
-    const out = await backend.read("/huge.log", 999_900, 100);
+    const out = await seed.read("/huge.log", 999_900, 100);
     const after = process.memoryUsage();
     expect(out.split("\n")).toHaveLength(100);
     expect(out.split("\n")[0]).toBe(`999901\tentry 9900 ${"y".repeat(40)}`);
@@ -366,11 +370,11 @@ describe("read streams large files", () => {
 
   it("reports a large binary file and keeps CRLF handling for a CR split across chunks", async () => {
     await fs.writeFile(path.join(root, "blob.bin"), Buffer.concat([Buffer.alloc(9 * 1024 * 1024, 65), Buffer.from([0])]));
-    expect(await backend.read("/blob.bin")).toMatch(/^Error: '\/blob.bin' is a binary file \(9437185 bytes\)/);
+    expect(await seed.read("/blob.bin")).toMatch(/^Error: '\/blob.bin' is a binary file \(9437185 bytes\)/);
     const edge = Buffer.concat([Buffer.alloc((1 << 20) - 1, 97), Buffer.from("\r\nafter\r\n"), Buffer.alloc(9 << 20, 98)]);
     await fs.writeFile(path.join(root, "edge.txt"), edge);
-    expect(await backend.read("/edge.txt", 1, 1)).toBe("     2\tafter");
-    expect((await backend.read("/edge.txt", 0, 1)).endsWith("… [line truncated: 1048575 characters]")).toBe(true);
+    expect(await seed.read("/edge.txt", 1, 1)).toBe("     2\tafter");
+    expect((await seed.read("/edge.txt", 0, 1)).endsWith("… [line truncated: 1048575 characters]")).toBe(true);
   });
 });
 
@@ -401,15 +405,17 @@ describe("grep: ripgrep and the JS engine agree", () => {
     const big = Array.from({ length: 800_000 }, (_, i) => (i % 9_999 === 0 ? `needle at ${i}\r` : `line ${i}`)).join("\n");
     files.push(["/big/huge.log", bytes(`${big}\n${"z".repeat(3_000_000)}needle${"z".repeat(100)}`)]);
 
-    const jsEngine = new FilesystemBackend({ rootDir: root, useRipgrep: false });
-    const rgEngine = new FilesystemBackend({ rootDir: root });
-    const reference = new StateBackend();
+    const jsBackend = new FilesystemBackend({ rootDir: root, useRipgrep: false });
+    const rgBackend = new FilesystemBackend({ rootDir: root });
+    const jsEngine = toSeedProtocol(jsBackend);
+    const rgEngine = toSeedProtocol(rgBackend);
+    const reference = toSeedProtocol(new StateBackend());
     for (const [p, content] of files) {
       expect((await rgEngine.uploadFiles([[p, content]]))[0]!.error, p).toBeNull();
       await reference.uploadFiles([[p, content]]);
     }
-    if (rgOnPath || process.env.STRATA_SERVICES_REQUIRED === "1") expect(await rgEngine.usesRipgrep()).toBe(true);
-    expect(await jsEngine.usesRipgrep()).toBe(false);
+    if (rgOnPath || process.env.STRATA_SERVICES_REQUIRED === "1") expect(await rgBackend.usesRipgrep()).toBe(true);
+    expect(await jsBackend.usesRipgrep()).toBe(false);
 
     const cases: Array<[string, string | null, string | null, number | undefined]> = [
       ["needle", null, null, undefined],
@@ -448,7 +454,7 @@ describe("grep: ripgrep and the JS engine agree", () => {
 
 describe("glob", () => {
   it("walks only the pattern's root, returns files with sizes, skips links and special files", async () => {
-    await backend.uploadFiles([
+    await seed.uploadFiles([
       ["/src/a.ts", bytes("aa")],
       ["/src/lib/b.ts", bytes("bbb")],
       ["/docs/c.md", bytes("c")],
@@ -456,23 +462,23 @@ describe("glob", () => {
     await fs.symlink(path.join(root, "src"), path.join(root, "src-link"));
     await fs.symlink(path.join(root, "src", "a.ts"), path.join(root, "src", "a-link.ts"));
     spawnSync("mkfifo", [path.join(root, "src", "pipe.ts")]);
-    const found = await backend.globInfo("**/*.ts");
+    const found = await seed.globInfo("**/*.ts");
     expect(found.map((f) => [f.path, f.size, f.is_dir])).toEqual([
       ["/src/a.ts", 2, false],
       ["/src/lib/b.ts", 3, false],
     ]);
     expect(found[0]!.modified_at).toMatch(/^\d{4}-\d\d-\d\dT/);
-    expect((await backend.globInfo("src/lib/*")).map((f) => f.path)).toEqual(["/src/lib/b.ts"]);
+    expect((await seed.globInfo("src/lib/*")).map((f) => f.path)).toEqual(["/src/lib/b.ts"]);
   });
 });
 
 describe("special files", () => {
   it("refuses to read a FIFO without blocking, and lists it", async () => {
     spawnSync("mkfifo", [path.join(root, "pipe")]);
-    expect(await backend.read("/pipe")).toBe("Error: Permission denied: '/pipe'");
-    expect((await backend.downloadFiles(["/pipe"]))[0]!.error).toBe("permission_denied");
-    expect(await backend.grepRaw("x")).toEqual([]);
-    expect((await backend.lsInfo("/")).map((i) => i.path)).toEqual(["/pipe"]);
+    expect(await seed.read("/pipe")).toBe("Error: Permission denied: '/pipe'");
+    expect((await seed.downloadFiles(["/pipe"]))[0]!.error).toBe("permission_denied");
+    expect(await seed.grepRaw("x")).toEqual([]);
+    expect((await seed.lsInfo("/")).map((i) => i.path)).toEqual(["/pipe"]);
   });
 });
 
@@ -480,20 +486,20 @@ describe("hostile names on disk", () => {
   it.each(["/new\nline.txt", "/tab\there.md", "/ünï/文件 🚀.txt", "/report..final.md", "/app/[...slug].tsx", "/-rf", "/ lead and trail ", "/back`tick`$(x)"])(
     "%j round-trips",
     async (p) => {
-      expect((await backend.write(p, "needle\n")).error).toBeUndefined();
+      expect((await seed.write(p, "needle\n")).error).toBeUndefined();
       expect(await fs.readFile(path.join(root, ...p.slice(1).split("/")), "utf8")).toBe("needle\n");
-      expect(await backend.read(p)).toBe("     1\tneedle");
-      expect((await backend.globInfo("**")).map((f) => f.path)).toEqual([p]);
-      expect(await backend.grepRaw("needle")).toEqual([{ path: p, line: 1, text: "needle" }]);
-      expect(await new FilesystemBackend({ rootDir: root, useRipgrep: false }).grepRaw("needle")).toEqual([{ path: p, line: 1, text: "needle" }]);
-      expect((await backend.delete(p)).error).toBeUndefined();
+      expect(await seed.read(p)).toBe("     1\tneedle");
+      expect((await seed.globInfo("**")).map((f) => f.path)).toEqual([p]);
+      expect(await seed.grepRaw("needle")).toEqual([{ path: p, line: 1, text: "needle" }]);
+      expect(await toSeedProtocol(new FilesystemBackend({ rootDir: root, useRipgrep: false })).grepRaw("needle")).toEqual([{ path: p, line: 1, text: "needle" }]);
+      expect((await seed.delete(p)).error).toBeUndefined();
     },
   );
 });
 
 describe("maxFileSize", () => {
   it("refuses larger writes, uploads and edits, and still reads a larger file", async () => {
-    const small = new FilesystemBackend({ rootDir: root, maxFileSize: 10 });
+    const small = toSeedProtocol(new FilesystemBackend({ rootDir: root, maxFileSize: 10 }));
     expect((await small.write("/big.txt", "12345678901")).code).toBe("too_large");
     expect(await small.uploadFiles([["/big.bin", new Uint8Array(11)]])).toEqual([{ path: "/big.bin", error: "permission_denied" }]);
     expect((await small.write("/ok.txt", "1234567890")).error).toBeUndefined();
@@ -507,7 +513,7 @@ describe("maxFileSize", () => {
 
 describe("host-path mode (virtualMode: false)", () => {
   it("takes host paths under the root, answers in host paths, refuses everything outside", async () => {
-    const host = new FilesystemBackend({ rootDir: root, virtualMode: false });
+    const host = toSeedProtocol(new FilesystemBackend({ rootDir: root, virtualMode: false }));
     const file = path.join(root, "src", "a.ts");
     expect(await host.write(file, "needle\n")).toEqual({ path: file, filesUpdate: null });
     expect(await host.read(file)).toBe("     1\tneedle");
@@ -520,7 +526,7 @@ describe("host-path mode (virtualMode: false)", () => {
     expect((await host.write(`${root}/../outside/x.txt`, "x")).code).toBe("invalid_path");
     expect((await host.delete(root)).code).toBe("permission_denied");
     await expect(fs.access(path.join(outside, "x.txt"))).rejects.toThrow();
-    expect(await new FilesystemBackend({ rootDir: root }).read("/src/a.ts")).toBe("     1\tneedle");
+    expect(await toSeedProtocol(new FilesystemBackend({ rootDir: root })).read("/src/a.ts")).toBe("     1\tneedle");
   });
 });
 
@@ -532,7 +538,7 @@ describe("performance sanity", () => {
       await Promise.all(Array.from({ length: 100 }, (_, f) => fs.writeFile(path.join(dir, `f${f}.${f % 2 ? "ts" : "js"}`), "x")));
     }
     const started = performance.now();
-    const found = await backend.globInfo("**/*.ts");
+    const found = await seed.globInfo("**/*.ts");
     const elapsed = performance.now() - started;
     expect(found).toHaveLength(2500);
     expect(elapsed).toBeLessThan(5000);

@@ -13,6 +13,7 @@ import nodePath from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { FilesystemBackend } from "../backends/filesystem.js";
 import { isStrataError } from "../core/errors.js";
+import { toSeedProtocol } from "../core/seed.js";
 import { LocalSandbox } from "../sandboxes/local.js";
 
 const repo = nodePath.resolve(import.meta.dirname, "..");
@@ -31,7 +32,7 @@ function tempDir(): string {
 }
 function backend(options: Partial<ConstructorParameters<typeof FilesystemBackend>[0]> = {}) {
   const rootDir = tempDir();
-  return { rootDir, fs: new FilesystemBackend({ rootDir, fsync: false, ...options }) };
+  return { rootDir, fs: toSeedProtocol(new FilesystemBackend({ rootDir, fsync: false, ...options })) };
 }
 
 describe("FilesystemBackend: no lost update", () => {
@@ -46,7 +47,7 @@ describe("FilesystemBackend: no lost update", () => {
 
   it("two backends over one root (one process) do not lose each other's edits", async () => {
     const { rootDir, fs: first } = backend();
-    const second = new FilesystemBackend({ rootDir, fsync: false });
+    const second = toSeedProtocol(new FilesystemBackend({ rootDir, fsync: false }));
     await first.write("/f.txt", lines(0, 20));
     const results = await Promise.all(
       Array.from({ length: 20 }, (_, i) => (i % 2 ? first : second).edit("/f.txt", `line ${i}\n`, `edited ${i}\n`)),
@@ -247,35 +248,36 @@ describe("LocalSandbox file operations are confined like FilesystemBackend's", (
     cleanup.push(() => sandbox.close());
     symlinkSync(nodePath.join(outside, "secret.txt"), nodePath.join(sandbox.workspace, "link.txt"));
     symlinkSync(outside, nodePath.join(sandbox.workspace, "dirlink"));
-    return { outside, sandbox };
+    return { outside, sandbox, seed: toSeedProtocol(sandbox) };
   }
 
   it("never reads, writes, edits, deletes, lists, globs or greps through a symlink to the host", async () => {
-    const { outside, sandbox } = planted();
-    expect(await sandbox.read("/link.txt")).toMatch(/^Error: .*symbolic link/);
-    expect(await sandbox.read("/dirlink/secret.txt")).toMatch(/^Error: .*symbolic link/);
-    await expect(sandbox.readRaw("/link.txt")).rejects.toMatchObject({ code: "permission_denied" });
-    expect(await sandbox.write("/dirlink/planted.txt", "x")).toMatchObject({ code: "permission_denied" });
-    expect(await sandbox.write("/link.txt", "x", { overwrite: true })).toMatchObject({ code: "permission_denied" });
-    expect(await sandbox.edit("/link.txt", "host", "owned")).toMatchObject({ code: "permission_denied" });
-    expect(await sandbox.edit("/dirlink/secret.txt", "host", "owned")).toMatchObject({ code: "permission_denied" });
-    expect(await sandbox.delete("/dirlink/secret.txt")).toMatchObject({ code: "permission_denied" });
-    await expect(sandbox.lsInfo("/dirlink")).resolves.toEqual([expect.objectContaining({ path: "/dirlink", is_dir: false })]);
-    expect((await sandbox.globInfo("**/*.txt")).map((i) => i.path)).toEqual([]);
-    expect((await sandbox.grep("secret")).matches).toEqual([]);
-    expect((await sandbox.grep("host")).matches).toEqual([]);
+    const { outside, seed } = planted();
+    expect(await seed.read("/link.txt")).toMatch(/^Error: .*symbolic link/);
+    expect(await seed.read("/dirlink/secret.txt")).toMatch(/^Error: .*symbolic link/);
+    await expect(seed.readRaw("/link.txt")).rejects.toMatchObject({ code: "permission_denied" });
+    expect(await seed.write("/dirlink/planted.txt", "x")).toMatchObject({ code: "permission_denied" });
+    expect(await seed.write("/link.txt", "x", { overwrite: true })).toMatchObject({ code: "permission_denied" });
+    expect(await seed.edit("/link.txt", "host", "owned")).toMatchObject({ code: "permission_denied" });
+    expect(await seed.edit("/dirlink/secret.txt", "host", "owned")).toMatchObject({ code: "permission_denied" });
+    expect(await seed.delete("/dirlink/secret.txt")).toMatchObject({ code: "permission_denied" });
+    await expect(seed.lsInfo("/dirlink")).resolves.toEqual([expect.objectContaining({ path: "/dirlink", is_dir: false })]);
+    expect((await seed.globInfo("**/*.txt")).map((i) => i.path)).toEqual([]);
+    expect((await seed.grep("secret")).matches).toEqual([]);
+    expect((await seed.grep("host")).matches).toEqual([]);
     expect(readFileSync(nodePath.join(outside, "secret.txt"), "utf8")).toBe("host secret\n");
     expect(existsSync(nodePath.join(outside, "planted.txt"))).toBe(false);
     // Deleting the link removes the link, never what it points to.
-    expect((await sandbox.delete("/link.txt")).error).toBeUndefined();
+    expect((await seed.delete("/link.txt")).error).toBeUndefined();
     expect(existsSync(nodePath.join(outside, "secret.txt"))).toBe(true);
   });
 
   it("keeps a quota by default and can turn it off", async () => {
     const small = new LocalSandbox({ quota: { maxFiles: 1 } });
+    const smallSeed = toSeedProtocol(small);
     cleanup.push(() => small.close());
-    expect((await small.write("/a", "a")).error).toBeUndefined();
-    expect(await small.write("/b", "b")).toMatchObject({ code: "quota_exceeded" });
+    expect((await smallSeed.write("/a", "a")).error).toBeUndefined();
+    expect(await smallSeed.write("/b", "b")).toMatchObject({ code: "quota_exceeded" });
     const defaulted = new LocalSandbox();
     cleanup.push(() => defaulted.close());
     expect(defaulted.quota).toEqual({ maxBytes: 1024 * 1024 * 1024, maxFiles: 100_000 });
@@ -286,9 +288,10 @@ describe("LocalSandbox file operations are confined like FilesystemBackend's", (
 
   it("20 concurrent edits of one file all land", async () => {
     const sandbox = new LocalSandbox();
+    const sandboxSeed = toSeedProtocol(sandbox);
     cleanup.push(() => sandbox.close());
-    await sandbox.write("/f.txt", lines(0, 20));
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => sandbox.edit("/f.txt", `line ${i}\n`, `edited ${i}\n`)));
+    await sandboxSeed.write("/f.txt", lines(0, 20));
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => sandboxSeed.edit("/f.txt", `line ${i}\n`, `edited ${i}\n`)));
     for (const result of results) expect(result.error).toBeUndefined();
     const text = await fs.readFile(nodePath.join(sandbox.workspace, "f.txt"), "utf8");
     for (let i = 0; i < 20; i++) expect(text).toContain(`edited ${i}`);
@@ -296,17 +299,19 @@ describe("LocalSandbox file operations are confined like FilesystemBackend's", (
 
   it("grep with a huge or NUL pattern is invalid_argument, never a raw spawn error", async () => {
     const sandbox = new LocalSandbox();
+    const sandboxSeed = toSeedProtocol(sandbox);
     cleanup.push(() => sandbox.close());
-    await sandbox.write("/f.txt", "x");
-    await expect(sandbox.grep("x".repeat(128 * 1024))).rejects.toMatchObject({ code: "invalid_argument" });
-    await expect(sandbox.grep("a\0b")).rejects.toMatchObject({ code: "invalid_argument" });
-    expect(await sandbox.grepRaw("x".repeat(128 * 1024))).toMatch(/^Error: /);
+    await sandboxSeed.write("/f.txt", "x");
+    await expect(sandboxSeed.grep("x".repeat(128 * 1024))).rejects.toMatchObject({ code: "invalid_argument" });
+    await expect(sandboxSeed.grep("a\0b")).rejects.toMatchObject({ code: "invalid_argument" });
+    expect(await sandboxSeed.grepRaw("x".repeat(128 * 1024))).toMatch(/^Error: /);
   });
 
   it("execute with a NUL in the command or env is invalid_argument", async () => {
     const sandbox = new LocalSandbox();
+    const sandboxSeed = toSeedProtocol(sandbox);
     cleanup.push(() => sandbox.close());
-    await expect(sandbox.execute("echo a\0b")).rejects.toMatchObject({ code: "invalid_argument" });
-    await expect(sandbox.execute("echo", { env: { X: "a\0b" } })).rejects.toMatchObject({ code: "invalid_argument" });
+    await expect(sandboxSeed.execute("echo a\0b")).rejects.toMatchObject({ code: "invalid_argument" });
+    await expect(sandboxSeed.execute("echo", { env: { X: "a\0b" } })).rejects.toMatchObject({ code: "invalid_argument" });
   });
 });

@@ -16,6 +16,7 @@ import { StateBackend } from "../backends/state.js";
 import { StoreBackend } from "../backends/store.js";
 import { isStrataError } from "../core/errors.js";
 import { fileDataFromBytes, fileDataFromText, fileDataText } from "../core/filedata.js";
+import { toSeedProtocol } from "../core/seed.js";
 import { SqliteStore } from "../stores/sqlite.js";
 import type { StoredItem } from "../stores/store.js";
 import { crashFileContent, CRASH_BATCH, CRASH_FILES } from "./fixtures/sqlite-crash-content.js";
@@ -67,10 +68,11 @@ describe("SqliteStore", () => {
     try {
       expect(store.getInstance().pragma("integrity_check", { simple: true })).toBe("ok");
       const backend = new StoreBackend({ store, namespace: ["crash"] });
+      const seed = toSeedProtocol(backend);
       const present = new Set<number>();
       for (let i = 0; i < CRASH_FILES; i++) {
         const file = `/files/${i % 10}/f${i}.txt`;
-        const downloaded = (await backend.downloadFiles([file]))[0]!;
+        const downloaded = (await seed.downloadFiles([file]))[0]!;
         if (downloaded.error === "file_not_found") continue;
         expect(downloaded.error).toBeNull();
         expect(new TextDecoder().decode(downloaded.content!), file).toBe(crashFileContent(i));
@@ -84,14 +86,14 @@ describe("SqliteStore", () => {
         expect(new Set(upload).size, `upload batch at ${batch + CRASH_BATCH}`).toBe(1);
       }
       // The directory and text indexes agree with the files.
-      const listed = (await Promise.all(Array.from({ length: 10 }, (_, d) => backend.lsInfo(`/files/${d}`)))).flat();
+      const listed = (await Promise.all(Array.from({ length: 10 }, (_, d) => seed.lsInfo(`/files/${d}`)))).flat();
       expect(listed).toHaveLength(present.size);
-      expect((await backend.lsInfo("/files")).length).toBe(Math.min(10, present.size));
-      const greps = await backend.grep("end 1");
+      expect((await seed.lsInfo("/files")).length).toBe(Math.min(10, present.size));
+      const greps = await seed.grep("end 1");
       const expected = [...present].filter((i) => `end ${i}\n`.startsWith("end 1")).length;
       expect(greps.matches).toHaveLength(expected);
       // The store is writable again after the crash.
-      expect((await backend.write("/after-crash.txt", "ok")).error).toBeUndefined();
+      expect((await seed.write("/after-crash.txt", "ok")).error).toBeUndefined();
     } finally {
       await store.close();
     }
@@ -103,8 +105,9 @@ describe("SqliteStore", () => {
     const edits = 500;
     const files = ["/shared/a.txt", "/shared/b.txt"];
     const setup = new StoreBackend({ store: new SqliteStore({ path }), namespace: ["edits"] });
+    const setupSeed = toSeedProtocol(setup);
     for (const file of files) {
-      await setup.write(file, Array.from({ length: workers }, (_, w) => `w${w}=0\n`).join(""));
+      await setupSeed.write(file, Array.from({ length: workers }, (_, w) => `w${w}=0\n`).join(""));
     }
 
     // Half the workers give up at the first conflict (so conflicts surface), half retry (so edits land).
@@ -128,7 +131,7 @@ describe("SqliteStore", () => {
     let applied = 0;
     let conflicts = 0;
     for (const file of files) {
-      const content = (await setup.readRaw(file)).content;
+      const content = (await setupSeed.readRaw(file)).content;
       for (const report of reports) {
         expect(report.failures).toEqual([]);
         // The worker's line shows exactly the edits it was told succeeded.
@@ -166,11 +169,11 @@ describe("SqliteStore", () => {
     const first = new SqliteStore({ path });
     const v1 = { content: ["a", "", 'quote " and \\ backslash'], created_at: "2024-01-01T00:00:00.000Z", modified_at: "2024-01-01T00:00:00.000Z" };
     const version = await first.put(["p"], "/legacy.txt", v1);
-    await new StoreBackend({ store: first, namespace: ["p"] }).uploadFiles([["/bin", new Uint8Array([0, 1, 255])]]);
+    await toSeedProtocol(new StoreBackend({ store: first, namespace: ["p"] })).uploadFiles([["/bin", new Uint8Array([0, 1, 255])]]);
     await first.close();
     const second = new SqliteStore({ path });
     expect(await second.get(["p"], "/legacy.txt")).toEqual({ key: "/legacy.txt", value: v1, version });
-    expect(await new StoreBackend({ store: second, namespace: ["p"] }).downloadFiles(["/bin"])).toEqual([
+    expect(await toSeedProtocol(new StoreBackend({ store: second, namespace: ["p"] })).downloadFiles(["/bin"])).toEqual([
       { path: "/bin", content: new Uint8Array([0, 1, 255]), error: null },
     ]);
     expect(await second.put(["p"], "/new", fileDataFromText("x"))).toBeGreaterThan(version + 1);
@@ -180,13 +183,14 @@ describe("SqliteStore", () => {
   it("keeps text UTF-8 cannot hold (lone surrogates) exactly, and refuses such paths", async () => {
     const store = new SqliteStore({ path: ":memory:" });
     const backend = new StoreBackend({ store });
-    expect((await backend.write("/lone.txt", "a\ud800b\nneedle \udc00")).error).toBeUndefined();
-    expect((await backend.readRaw("/lone.txt")).content).toBe("a\ud800b\nneedle \udc00");
-    expect((await backend.grep("needle \udc00")).matches).toEqual([{ path: "/lone.txt", line: 2, text: "needle \udc00" }]);
-    expect((await backend.grep("needle")).matches).toHaveLength(1);
-    expect(await backend.write("/\udc00.txt", "x")).toMatchObject({ code: "invalid_path" });
-    expect((await backend.write("/pair.txt", "rocket \ud83d\ude80")).error).toBeUndefined();
-    expect((await backend.readRaw("/pair.txt")).content).toBe("rocket 🚀");
+    const seed = toSeedProtocol(backend);
+    expect((await seed.write("/lone.txt", "a\ud800b\nneedle \udc00")).error).toBeUndefined();
+    expect((await seed.readRaw("/lone.txt")).content).toBe("a\ud800b\nneedle \udc00");
+    expect((await seed.grep("needle \udc00")).matches).toEqual([{ path: "/lone.txt", line: 2, text: "needle \udc00" }]);
+    expect((await seed.grep("needle")).matches).toHaveLength(1);
+    expect(await seed.write("/\udc00.txt", "x")).toMatchObject({ code: "invalid_path" });
+    expect((await seed.write("/pair.txt", "rocket \ud83d\ude80")).error).toBeUndefined();
+    expect((await seed.readRaw("/pair.txt")).content).toBe("rocket 🚀");
     expect((await store.list(["filesystem"])).items.map((k) => k.key)).toEqual(["/lone.txt", "/pair.txt"]);
     await store.close();
   });
@@ -234,9 +238,10 @@ describe("SqliteStore", () => {
       expect((await first.listDirectory(ns, "/a")).files.map((f) => f.key).sort()).toEqual(["/a/b.txt", "/a/c.txt"]);
       // The backend's create goes through putFile and reports the tree's verdicts as its own errors.
       const backend = new StoreBackend({ store: second, namespace: ns });
-      expect((await backend.write("/a", "dir")).error).toMatch(/directory/);
-      expect((await backend.write("/x/y", "under a file")).error).toMatch(/not a directory/i);
-      expect((await backend.write("/a/b.txt", "exists")).error).toMatch(/exists/);
+      const seed = toSeedProtocol(backend);
+      expect((await seed.write("/a", "dir")).error).toMatch(/directory/);
+      expect((await seed.write("/x/y", "under a file")).error).toMatch(/not a directory/i);
+      expect((await seed.write("/a/b.txt", "exists")).error).toMatch(/exists/);
     } finally {
       await first.close();
       await second.close();
@@ -290,7 +295,8 @@ describe("SqliteStore", () => {
   it("greps through the trigram index exactly as StateBackend does", async () => {
     const store = new SqliteStore({ path: freshPath() });
     const backend = new StoreBackend({ store, namespace: ["fts"] });
-    const reference = new StateBackend();
+    const seed = toSeedProtocol(backend);
+    const reference = toSeedProtocol(new StateBackend());
     // More files than the store scans directly, so searches take the index.
     const files: Array<[string, string]> = [];
     for (let i = 0; i < 5000; i++) files.push([`/src/m${i % 50}/f${i}.ts`, `export const v${i} = ${i};\n// note ${i % 13}\n`]);
@@ -301,19 +307,19 @@ describe("SqliteStore", () => {
     );
     const encoder = new TextEncoder();
     const upload = files.map(([path, content]) => [path, encoder.encode(content)] as const);
-    expect((await backend.uploadFiles(upload)).every((r) => r.error === null)).toBe(true);
+    expect((await seed.uploadFiles(upload)).every((r) => r.error === null)).toBe(true);
     await reference.uploadFiles(upload);
-    await backend.uploadFiles([["/src/odd/bin.dat", Uint8Array.from([0xff, 0xfe, 110, 101, 101, 100, 108, 101])]]);
+    await seed.uploadFiles([["/src/odd/bin.dat", Uint8Array.from([0xff, 0xfe, 110, 101, 101, 100, 108, 101])]]);
     await reference.uploadFiles([["/src/odd/bin.dat", Uint8Array.from([0xff, 0xfe, 110, 101, 101, 100, 108, 101])]]);
     const patterns = ['"hi"', '"', "AND NEAR(", "col:umn", "-minus", "^caret", "*star", "Needle", "needle", "NEEDLE", "🚀 r", "ünï", "文件", "v4999 ", "note 12", "= 1", "e", "//", ";\n".trim()];
     for (const pattern of patterns) {
       for (const [path, glob] of [[null, null], ["/src", "**/*.txt"], ["/src/m7", null], ["/src/odd/quotes.txt", null]] as const) {
-        expect(await backend.grep(pattern, path, glob), `${pattern} in ${path} ${glob}`).toEqual(await reference.grep(pattern, path, glob));
+        expect(await seed.grep(pattern, path, glob), `${pattern} in ${path} ${glob}`).toEqual(await reference.grep(pattern, path, glob));
       }
     }
-    expect(await backend.grep("note", "/src", "*.ts", { maxCount: 7 })).toEqual(await reference.grep("note", "/src", "*.ts", { maxCount: 7 }));
+    expect(await seed.grep("note", "/src", "*.ts", { maxCount: 7 })).toEqual(await reference.grep("note", "/src", "*.ts", { maxCount: 7 }));
     const started = performance.now();
-    const rare = await backend.grep("v4242 ");
+    const rare = await seed.grep("v4242 ");
     console.info(`grep 'v4242 ' over 5003 files (10k lines) via the trigram index: ${(performance.now() - started).toFixed(2)} ms`);
     expect(rare.matches).toEqual([{ path: "/src/m42/f4242.ts", line: 1, text: "export const v4242 = 4242;" }]);
     await store.close();
@@ -322,6 +328,7 @@ describe("SqliteStore", () => {
   it("lists a 1k-entry directory among 200k keys without reading the rest", async () => {
     const store = new SqliteStore({ path: freshPath() });
     const backend = new StoreBackend({ store, namespace: ["big"] });
+    const seed = toSeedProtocol(backend);
     const built = performance.now();
     // Binary content: ls never looks at it, and skipping the text index keeps the build short.
     const bytes = fileDataFromBytes(new Uint8Array([0, 1, 2]));
@@ -331,18 +338,18 @@ describe("SqliteStore", () => {
     await store.putMany(["big"], Array.from({ length: 10 }, (_, s) => [`/big/d7/sub${s}/x.txt`, fileDataFromText("x")] as const));
     const buildMs = performance.now() - built;
 
-    for (let i = 0; i < 5; i++) await backend.lsInfo("/big/d7");
+    for (let i = 0; i < 5; i++) await seed.lsInfo("/big/d7");
     const times: number[] = [];
-    let listing = await backend.lsInfo("/big/d7");
+    let listing = await seed.lsInfo("/big/d7");
     for (let i = 0; i < 21; i++) {
       const started = performance.now();
-      listing = await backend.lsInfo("/big/d7");
+      listing = await seed.lsInfo("/big/d7");
       times.push(performance.now() - started);
     }
     times.sort((a, b) => a - b);
     expect(listing).toHaveLength(1010);
     expect(listing.filter((e) => e.is_dir).map((e) => e.path)).toEqual(Array.from({ length: 10 }, (_, s) => `/big/d7/sub${s}/`));
-    expect((await backend.lsInfo("/big")).length).toBe(200);
+    expect((await seed.lsInfo("/big")).length).toBe(200);
     const median = times[10]!;
     console.info(`ls of 1010 entries among 200,010 keys: median ${median.toFixed(2)} ms (build ${(buildMs / 1000).toFixed(1)} s)`);
     expect(median).toBeLessThan(50);
@@ -352,24 +359,25 @@ describe("SqliteStore", () => {
   it("reports write and read throughput of 2000 small files", async () => {
     const store = new SqliteStore({ path: freshPath() });
     const backend = new StoreBackend({ store, namespace: ["throughput"] });
+    const seed = toSeedProtocol(backend);
     let started = performance.now();
     for (let i = 0; i < 2000; i++) {
-      const result = await backend.write(`/t/d${i % 20}/f${i}.txt`, `file ${i}\n`);
+      const result = await seed.write(`/t/d${i % 20}/f${i}.txt`, `file ${i}\n`);
       expect(result.error).toBeUndefined();
     }
     const writeMs = performance.now() - started;
     started = performance.now();
-    for (let i = 0; i < 2000; i++) expect(await backend.read(`/t/d${i % 20}/f${i}.txt`)).toBe(`     1\tfile ${i}`);
+    for (let i = 0; i < 2000; i++) expect(await seed.read(`/t/d${i % 20}/f${i}.txt`)).toBe(`     1\tfile ${i}`);
     const readMs = performance.now() - started;
     started = performance.now();
     const upload = Array.from({ length: 2000 }, (_, i) => [`/u/d${i % 20}/f${i}.txt`, new TextEncoder().encode(`file ${i}\n`)] as const);
-    await backend.uploadFiles(upload);
+    await seed.uploadFiles(upload);
     const uploadMs = performance.now() - started;
     console.info(
       `2000 small files: write ${Math.round(2000 / (writeMs / 1000))}/s, read ${Math.round(2000 / (readMs / 1000))}/s, ` +
         `uploadFiles (one transaction) ${Math.round(2000 / (uploadMs / 1000))}/s`,
     );
-    expect((await backend.globInfo("**", "/u")).length).toBe(2000);
+    expect((await seed.globInfo("**", "/u")).length).toBe(2000);
     await store.close();
   });
 });

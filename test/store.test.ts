@@ -16,7 +16,8 @@ import { StoreBackend, storeBackendFactory } from "../backends/store.js";
 import { isStrataError, type ErrorCode } from "../core/errors.js";
 import { fileDataFromBytes, fileDataFromText } from "../core/filedata.js";
 import { BackendRuntime } from "../core/protocol.js";
-import type { FileData, FileDataV1, FileInfo } from "../core/types.js";
+import { toSeedProtocol } from "../core/seed.js";
+import type { FileData, FileDataV1, FileDataV2, FileInfo } from "../core/types.js";
 import { LangGraphStore } from "../stores/langgraph.js";
 import { MemoryStore } from "../stores/memory.js";
 import { SqliteStore } from "../stores/sqlite.js";
@@ -75,14 +76,15 @@ for (const engine of engines) {
         await store.put(ns, "/theirs/file.txt", text("theirs needle"));
       }
       const backend = new StoreBackend({ store, namespace: ["a"] });
-      expect(await backend.lsInfo("/")).toEqual([{ path: "/own/", is_dir: true }]);
-      expect((await backend.lsInfo("/own")).map((f) => f.path)).toEqual(["/own/file.txt"]);
-      expect((await backend.globInfo("**/*.txt")).map((f) => f.path)).toEqual(["/own/file.txt"]);
-      expect((await backend.grep("needle")).matches).toEqual([{ path: "/own/file.txt", line: 1, text: "mine needle" }]);
+      const seed = toSeedProtocol(backend);
+      expect(await seed.lsInfo("/")).toEqual([{ path: "/own/", is_dir: true }]);
+      expect((await seed.lsInfo("/own")).map((f) => f.path)).toEqual(["/own/file.txt"]);
+      expect((await seed.globInfo("**/*.txt")).map((f) => f.path)).toEqual(["/own/file.txt"]);
+      expect((await seed.grep("needle")).matches).toEqual([{ path: "/own/file.txt", line: 1, text: "mine needle" }]);
       expect((await store.list(["a"])).items.map((k) => k.key)).toEqual(["/own/file.txt"]);
       expect((await collect(store.search!(["a"], "needle", "/"))).map((i) => i.key)).toEqual(["/own/file.txt"]);
       expect(await store.get(["a"], "/theirs/file.txt")).toBeUndefined();
-      expect((await backend.delete("/own")).error).toBeUndefined();
+      expect((await seed.delete("/own")).error).toBeUndefined();
       for (const ns of siblings) expect((await store.list(ns)).items).toHaveLength(2);
       expect(await store.delete(["a"], "/theirs/file.txt")).toBe(false);
       expect(await store.deleteTree(["a"], "/theirs")).toEqual([]);
@@ -110,14 +112,15 @@ for (const engine of engines) {
 
     it("create-only writes race to exactly one winner; concurrent edits all land", async () => {
       const backend = new StoreBackend({ store, namespace: ["race"] });
-      const writes = await Promise.all(Array.from({ length: 8 }, (_, i) => backend.write("/new.txt", `writer ${i}`)));
+      const seed = toSeedProtocol(backend);
+      const writes = await Promise.all(Array.from({ length: 8 }, (_, i) => seed.write("/new.txt", `writer ${i}`)));
       expect(writes.filter((w) => !w.error)).toHaveLength(1);
       expect(writes.filter((w) => w.code === "already_exists")).toHaveLength(7);
 
-      await backend.write("/shared.txt", Array.from({ length: 12 }, (_, i) => `line ${i}: old`).join("\n"));
-      const edits = await Promise.all(Array.from({ length: 12 }, (_, i) => backend.edit("/shared.txt", `line ${i}: old`, `line ${i}: new`)));
+      await seed.write("/shared.txt", Array.from({ length: 12 }, (_, i) => `line ${i}: old`).join("\n"));
+      const edits = await Promise.all(Array.from({ length: 12 }, (_, i) => seed.edit("/shared.txt", `line ${i}: old`, `line ${i}: new`)));
       expect(edits.map((e) => e.error)).toEqual(Array(12).fill(undefined));
-      const final = await backend.readRaw("/shared.txt");
+      const final = await seed.readRaw("/shared.txt");
       expect(final.content).toBe(Array.from({ length: 12 }, (_, i) => `line ${i}: new`).join("\n"));
     });
 
@@ -128,16 +131,17 @@ for (const engine of engines) {
       await store.put(ns, "/other.txt", v1(["a", "b"]));
       expect((await store.get(ns, "/old.txt"))?.value).toEqual(old);
       const backend = new StoreBackend({ store, namespace: ns });
-      expect(await backend.read("/old.txt")).toBe("     1\tfirst line\n     2\tneedle here\n     3\t\n     4\tlast");
-      expect((await backend.grep("needle")).matches).toEqual([{ path: "/old.txt", line: 2, text: "needle here" }]);
-      expect(await backend.lsInfo("/old.txt")).toEqual([{ path: "/old.txt", is_dir: false, size: 28, modified_at: old.modified_at }]);
-      expect(await backend.readRaw("/old.txt")).toEqual({ ...old, content: "first line\nneedle here\n\nlast", encoding: "utf-8" });
+      const seed = toSeedProtocol(backend);
+      expect(await seed.read("/old.txt")).toBe("     1\tfirst line\n     2\tneedle here\n     3\t\n     4\tlast");
+      expect((await seed.grep("needle")).matches).toEqual([{ path: "/old.txt", line: 2, text: "needle here" }]);
+      expect(await seed.lsInfo("/old.txt")).toEqual([{ path: "/old.txt", is_dir: false, size: 28, modified_at: old.modified_at }]);
+      expect(await seed.readRaw("/old.txt")).toEqual({ ...old, content: "first line\nneedle here\n\nlast", encoding: "utf-8" });
 
-      expect((await backend.edit("/old.txt", "needle here", "needle moved")).occurrences).toBe(1);
+      expect((await seed.edit("/old.txt", "needle here", "needle moved")).occurrences).toBe(1);
       const migrated = (await store.get(ns, "/old.txt"))!.value;
       expect(migrated).toMatchObject({ content: "first line\nneedle moved\n\nlast", encoding: "utf-8", created_at: old.created_at });
       expect(migrated.modified_at > old.modified_at).toBe(true);
-      expect((await backend.write("/other.txt", "replaced", { overwrite: true })).error).toBeUndefined();
+      expect((await seed.write("/other.txt", "replaced", { overwrite: true })).error).toBeUndefined();
       expect((await store.get(ns, "/other.txt"))!.value).toMatchObject({ content: "replaced", encoding: "utf-8" });
     });
 
@@ -232,15 +236,17 @@ for (const engine of engines) {
       expect((await store.list(["ns"])).items).toEqual([]);
 
       const backend = new StoreBackend({ store, namespace: ["ns"], maxFileSize: 10 });
-      expect(await backend.write("/a\0b", "x")).toMatchObject({ code: "invalid_path" });
-      expect(await backend.write("/big.txt", "x".repeat(11))).toMatchObject({ code: "too_large" });
-      expect(await backend.uploadFiles([["/big.bin", new Uint8Array(11)]])).toEqual([{ path: "/big.bin", error: "permission_denied" }]);
-      expect((await backend.write("/small.txt", "0123456789")).error).toBeUndefined();
-      expect(await backend.edit("/small.txt", "9", "99")).toMatchObject({ code: "too_large" });
-      expect((await backend.readRaw("/small.txt")).content).toBe("0123456789");
+
+      const seed = toSeedProtocol(backend);
+      expect(await seed.write("/a\0b", "x")).toMatchObject({ code: "invalid_path" });
+      expect(await seed.write("/big.txt", "x".repeat(11))).toMatchObject({ code: "too_large" });
+      expect(await seed.uploadFiles([["/big.bin", new Uint8Array(11)]])).toEqual([{ path: "/big.bin", error: "permission_denied" }]);
+      expect((await seed.write("/small.txt", "0123456789")).error).toBeUndefined();
+      expect(await seed.edit("/small.txt", "9", "99")).toMatchObject({ code: "too_large" });
+      expect((await seed.readRaw("/small.txt")).content).toBe("0123456789");
       expect((await store.list(["ns"])).items.map((k) => k.key)).toEqual(["/small.txt"]);
 
-      const dynamic = new StoreBackend({ store, namespace: () => [""] });
+      const dynamic = toSeedProtocol(new StoreBackend({ store, namespace: () => [""] }));
       expect(await dynamic.write("/f", "x")).toMatchObject({ code: "invalid_argument" });
       expect(await rejection(dynamic.lsInfo("/"))).toBe("invalid_argument");
     });
@@ -253,9 +259,10 @@ for (const engine of engines) {
         expect((await limited.list(["ns"])).items).toEqual([]);
         await limited.put(["ns"], "/f", text("12345678"));
         const backend = new StoreBackend({ store: limited, namespace: ["ns"] });
-        expect(await backend.write("/g", "too long for it")).toMatchObject({ code: "too_large" });
+        const seed = toSeedProtocol(backend);
+        expect(await seed.write("/g", "too long for it")).toMatchObject({ code: "too_large" });
         // The store refuses the batch; the backend then answers file by file.
-        expect(await backend.uploadFiles([["/h", new Uint8Array(9)], ["/i", new Uint8Array(1)]])).toEqual([
+        expect(await seed.uploadFiles([["/h", new Uint8Array(9)], ["/i", new Uint8Array(1)]])).toEqual([
           { path: "/h", error: "permission_denied" },
           { path: "/i", error: null },
         ]);
@@ -267,28 +274,29 @@ for (const engine of engines) {
 
     it("fails clearly once closed", async () => {
       const backend = new StoreBackend({ store, namespace: ["closing"] });
-      await backend.write("/f.txt", "x");
+      const seed = toSeedProtocol(backend);
+      await seed.write("/f.txt", "x");
       await store.close();
       expect(await rejection(store.get(["closing"], "/f.txt"))).toBe("unavailable");
       expect(await rejection(store.put(["closing"], "/f.txt", text("y")))).toBe("unavailable");
       expect(await rejection(store.list(["closing"]))).toBe("unavailable");
       expect(await rejection(collect(store.search!(["closing"], "x", "/")))).toBe("unavailable");
-      expect(await backend.write("/g.txt", "y")).toMatchObject({ code: "unavailable", error: "The store is closed" });
-      expect(await backend.read("/f.txt")).toBe("Error: The store is closed");
-      expect(await rejection(backend.lsInfo("/"))).toBe("unavailable");
+      expect(await seed.write("/g.txt", "y")).toMatchObject({ code: "unavailable", error: "The store is closed" });
+      expect(await seed.read("/f.txt")).toBe("Error: The store is closed");
+      expect(await rejection(seed.lsInfo("/"))).toBe("unavailable");
     });
 
     it("resolves the namespace per call from the runtime (per user, per thread)", async () => {
       const factory = storeBackendFactory({ store, namespace: (runtime) => ["users", String(runtime.config.userId)] });
-      const alice = factory(new BackendRuntime({}, { userId: "alice" }));
-      const bob = factory(new BackendRuntime({}, { userId: "bob" }));
+      const alice = toSeedProtocol(factory(new BackendRuntime({}, { userId: "alice" })));
+      const bob = toSeedProtocol(factory(new BackendRuntime({}, { userId: "bob" })));
       await alice.write("/notes.md", "alice's");
       await bob.write("/notes.md", "bob's");
       expect((await alice.readRaw("/notes.md")).content).toBe("alice's");
       expect((await bob.readRaw("/notes.md")).content).toBe("bob's");
       expect((await store.get(["users", "alice"], "/notes.md"))?.value).toMatchObject({ content: "alice's" });
       const runtime = new BackendRuntime({ thread: "t1" });
-      const perThread = new StoreBackend({ store, runtime, namespace: (rt) => ["threads", rt.getState<string>("thread")] });
+      const perThread = toSeedProtocol(new StoreBackend({ store, runtime, namespace: (rt) => ["threads", rt.getState<string>("thread")] }));
       await perThread.write("/a.txt", "in t1");
       runtime.setState("thread", "t2");
       expect(await perThread.lsInfo("/")).toEqual([]);
@@ -305,25 +313,27 @@ for (const engine of engines) {
         ["/ok/../no", new Uint8Array([5])],
       ];
       const backend = new StoreBackend({ store, namespace: ["upload"] });
-      const reference = new StateBackend();
-      await backend.write("/existing", "text");
+      const seed = toSeedProtocol(backend);
+      const reference = toSeedProtocol(new StateBackend());
+      await seed.write("/existing", "text");
       await reference.write("/existing", "text");
       batch.push(["/existing/child", new Uint8Array([6])]);
-      expect(await backend.uploadFiles(batch)).toEqual(await reference.uploadFiles(batch));
+      expect(await seed.uploadFiles(batch)).toEqual(await reference.uploadFiles(batch));
       const shape = (infos: FileInfo[]) => infos.map(({ modified_at: _, ...info }) => info);
-      expect(shape(await backend.lsInfo("/"))).toEqual(shape(await reference.lsInfo("/")));
+      expect(shape(await seed.lsInfo("/"))).toEqual(shape(await reference.lsInfo("/")));
       const paths = ["/a", "/x/y", "/a/b", "/x"];
-      expect(await backend.downloadFiles(paths)).toEqual(await reference.downloadFiles(paths));
+      expect(await seed.downloadFiles(paths)).toEqual(await reference.downloadFiles(paths));
     });
 
     it("keeps the text of files with NUL bytes but never greps them", async () => {
       const backend = new StoreBackend({ store, namespace: ["nul"] });
-      await backend.write("/nul.txt", "needle\0needle");
+      const seed = toSeedProtocol(backend);
+      await seed.write("/nul.txt", "needle\0needle");
       // Text holding a NUL is binary, as the contract says: it comes back as the same bytes.
-      const raw = await backend.readRaw("/nul.txt");
+      const raw = (await seed.readRaw("/nul.txt")) as FileDataV2;
       expect(raw.encoding).toBe("base64");
       expect(Buffer.from(raw.content, "base64").toString()).toBe("needle\0needle");
-      expect((await backend.grep("needle")).matches).toEqual([]);
+      expect((await seed.grep("needle")).matches).toEqual([]);
     });
   });
 }
@@ -333,7 +343,7 @@ describe("LangGraphStore with deepagents", () => {
     const langgraph = new InMemoryStore();
     const theirs = new DeepagentsStoreBackend({ store: langgraph, namespace: ["team", "filesystem"] });
     await theirs.write("/from-deepagents.md", "# Title\nbody\n");
-    const ours = new StoreBackend({ store: new LangGraphStore(langgraph), namespace: ["team", "filesystem"] });
+    const ours = toSeedProtocol(new StoreBackend({ store: new LangGraphStore(langgraph), namespace: ["team", "filesystem"] }));
     expect(await ours.read("/from-deepagents.md")).toBe("     1\t# Title\n     2\tbody");
     expect((await ours.edit("/from-deepagents.md", "body", "edited body")).error).toBeUndefined();
     expect(await ours.write("/from-strata.md", "hello\nworld")).toMatchObject({ path: "/from-strata.md" });
@@ -350,7 +360,7 @@ describe("LangGraphStore with deepagents", () => {
     const langgraph = new InMemoryStore();
     const now = new Date().toISOString();
     await langgraph.put(["fs"], "/img.png", { content: new Uint8Array([137, 80, 78, 71, 0]), mimeType: "image/png", created_at: now, modified_at: now });
-    const ours = new StoreBackend({ store: new LangGraphStore(langgraph), namespace: ["fs"] });
+    const ours = toSeedProtocol(new StoreBackend({ store: new LangGraphStore(langgraph), namespace: ["fs"] }));
     expect(await ours.downloadFiles(["/img.png"])).toEqual([{ path: "/img.png", content: new Uint8Array([137, 80, 78, 71, 0]), error: null }]);
     expect(await ours.read("/img.png")).toMatch(/^Error: .*binary file \(5 bytes\)/);
   });

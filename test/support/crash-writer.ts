@@ -28,7 +28,7 @@ if (mode === "batch") {
   const backend = new StoreBackend({ store, namespace });
   for (let i = 0; i < count; i++) {
     const result = await backend.write(path(i), crashContent(i));
-    if (result.error) throw new Error(result.error);
+    if (result.error) throw new Error(result.error.message);
     process.stdout.write(`${i + 1}\n`);
   }
 }

@@ -11,6 +11,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { StoreBackend } from "../../backends/store.js";
 import { isStrataError } from "../../core/errors.js";
 import { fileDataFromBytes, fileDataFromText, fileDataText } from "../../core/filedata.js";
+import { toSeedProtocol } from "../../core/seed.js";
 import type { FileData, FileDataV1 } from "../../core/types.js";
 import type { Namespace, Store } from "../../stores/store.js";
 import { crashContent, eventually, type PrivatePostgres, type PrivateRedis } from "./servers.js";
@@ -266,7 +267,7 @@ export function runEngineSuite(suite: EngineSuite): void {
     const checkWholeOrAbsent = async (ns: Namespace) => {
       const reader = suite.open(suite.url);
       try {
-        const backend = new StoreBackend({ store: reader, namespace: ns });
+        const backend = toSeedProtocol(new StoreBackend({ store: reader, namespace: ns }));
         let present = 0;
         for (let i = 0; i < 1000; i++) {
           const response = (await backend.downloadFiles([`/crash/f${String(i).padStart(4, "0")}.txt`]))[0]!;
@@ -308,7 +309,7 @@ export function runEngineSuite(suite: EngineSuite): void {
       const ns = fresh();
       const files = ["/c/a.txt", "/c/b.txt", "/c/c.txt"];
       const seed = suite.open(suite.url);
-      const seedBackend = new StoreBackend({ store: seed, namespace: ns });
+      const seedBackend = toSeedProtocol(new StoreBackend({ store: seed, namespace: ns }));
       for (const file of files) expect((await seedBackend.write(file, "START\nEND\n")).error).toBeUndefined();
       await seed.close();
       const applied = new Set<string>();
@@ -316,7 +317,7 @@ export function runEngineSuite(suite: EngineSuite): void {
       await Promise.all(
         Array.from({ length: 8 }, async (_, worker) => {
           const own = suite.open(suite.url);
-          const backend = new StoreBackend({ store: own, namespace: ns, editAttempts: 200 });
+          const backend = toSeedProtocol(new StoreBackend({ store: own, namespace: ns, editAttempts: 200 }));
           try {
             for (let edit = 0; edit < 12; edit++) {
               const marker = `w${worker}e${edit}`;
