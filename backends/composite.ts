@@ -238,7 +238,7 @@ export class CompositeBackend extends BaseBackend implements Sandbox {
     return { matches: merged.matches, truncated: merged.truncated || results.some((r) => r.truncated) };
   }
 
-  protected async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
     const root = searchRoot(path);
     const matcher = compileGlob(pattern, root);
     const results = await Promise.all(

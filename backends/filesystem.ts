@@ -361,7 +361,7 @@ export class FilesystemBackend extends BaseBackend {
     }
   }
 
-  protected async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
     const r = this.searchPath(path);
     const matcher = compileGlob(this.virtualPattern(pattern), r.path);
     const found: FileInfo[] = [];

@@ -259,7 +259,7 @@ export class StateBackend extends BaseBackend {
     return capMatches(sortMatches(matches), maxCount);
   }
 
-  protected async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
     const matcher = compileGlob(pattern, searchRoot(path));
     const found: FileInfo[] = [];
     for (const [key, data] of this.entries) {

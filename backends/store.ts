@@ -179,7 +179,7 @@ export class StoreBackend extends BaseBackend {
     return capMatches(sortMatches(matches), maxCount);
   }
 
-  protected async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
     const matcher = compileGlob(pattern, searchRoot(path));
     const ns = this.namespace;
     const found: FileInfo[] = [];

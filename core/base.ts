@@ -103,7 +103,7 @@ export abstract class BaseBackend implements Backend {
   protected abstract doEdit(path: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult>;
   protected abstract doDelete(path: string): Promise<DeleteResult>;
   protected abstract doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult>;
-  protected abstract doGlob(pattern: string, path: string): Promise<FileInfo[]>;
+  protected abstract doGlob(pattern: string, path: string | null): Promise<FileInfo[]>;
   protected abstract doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]>;
 
   /** A window of a text file; throws `binary_file` for binary content. Backends with a faster path override it. */
@@ -281,7 +281,7 @@ export abstract class BaseBackend implements Backend {
   glob(pattern: unknown, options?: unknown): Promise<Result<Listing>> {
     return this.answer("/", options, true, async (_, o) => {
       if (typeof pattern !== "string") throw errors.invalidArgument(`pattern must be a string, got ${typeName(pattern)}`);
-      return { entries: await this.doGlob(pattern, searchPath(o.path) ?? "/") };
+      return { entries: await this.doGlob(pattern, searchPath(o.path)) };
     });
   }
 

@@ -135,7 +135,7 @@ export class LocalSandbox extends BaseSandbox {
     return unwrap(await this.files.grep(pattern, { path, glob, maxCount }));
   }
 
-  protected override async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
+  protected override async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
     this.assertOpen();
     return unwrap(await this.files.glob(pattern, { path })).entries;
   }
