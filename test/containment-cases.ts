@@ -14,7 +14,8 @@ import { createServer, type Server, type Socket } from "node:net";
 import { homedir, tmpdir } from "node:os";
 import nodePath from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import type { SandboxBackendProtocol } from "../core/protocol.js";
+import type { Sandbox } from "../core/protocol.js";
+import { toSeedProtocol } from "../core/seed.js";
 import { dispatchPayload } from "../runtime/payloads.js";
 
 export interface ContainmentLimits {
@@ -24,7 +25,8 @@ export interface ContainmentLimits {
   maxProcesses?: number;
 }
 
-export type ClosableSandbox = SandboxBackendProtocol & { close(): Promise<void> };
+/** A native sandbox; the cases call it through `toSeedProtocol` where they check the seeds' shapes. */
+export type ClosableSandbox = Sandbox;
 
 export interface ContainmentTarget {
   name: string;
@@ -95,7 +97,7 @@ export function commandCases(target: ContainmentTarget): void {
     });
 
     it("kills `sleep 1000` and its background children at the timeout: exit 124, nothing left", async () => {
-      const sandbox = await create();
+      const sandbox = toSeedProtocol(await create());
       const [a, b] = [markerSeconds(), markerSeconds()];
       const started = Date.now();
       const result = await sandbox.execute(`sleep ${a} & echo started; sleep ${b}`, { timeout: 1 });
@@ -111,7 +113,7 @@ export function commandCases(target: ContainmentTarget): void {
     });
 
     it("caps 1 GB of output: keeps the head, marks it truncated, and stays within memory and time", async () => {
-      const sandbox = await create();
+      const sandbox = toSeedProtocol(await create());
       const rssBefore = process.memoryUsage().rss;
       const started = Date.now();
       const result = await sandbox.execute("echo head-marker; head -c 1000000000 /dev/zero | tr '\\0' x; echo done", { timeout: 60 });
@@ -124,7 +126,7 @@ export function commandCases(target: ContainmentTarget): void {
     });
 
     it("streams output through onOutput as it arrives", async () => {
-      const sandbox = await create();
+      const sandbox = toSeedProtocol(await create());
       const chunks: string[] = [];
       const result = await sandbox.execute("echo one; sleep 0.3; echo two", { onOutput: (chunk) => chunks.push(chunk) });
       expect(chunks.join("")).toBe(result.output);
@@ -149,7 +151,7 @@ export function containmentCases(target: ContainmentTarget): void {
     });
 
     it("at the timeout, also kills what left the process group (setsid): nothing survives the command", async () => {
-      const sandbox = await create();
+      const sandbox = toSeedProtocol(await create());
       const [a, b] = [markerSeconds(), markerSeconds()];
       const result = await sandbox.execute(`setsid sleep ${a} > /dev/null 2>&1 < /dev/null & sleep ${b}`, { timeout: 1 });
       expect(result.exitCode).toBe(124);
@@ -158,7 +160,7 @@ export function containmentCases(target: ContainmentTarget): void {
     });
 
     it("contains a fork bomb: the process count stays at the limit, the host can still fork", async () => {
-      const sandbox = await create({ maxProcesses: 64 });
+      const sandbox = toSeedProtocol(await create({ maxProcesses: 64 }));
       const marker = `bomb${randomUUID().replace(/-/g, "")}`;
       // Every process of the bomb is a forked `sh <marker>.sh`, so the host can count them. Each forks two
       // more, then blocks opening a FIFO nobody writes (no CPU spent): a shell whose fork fails dies, the
@@ -203,7 +205,7 @@ export function containmentCases(target: ContainmentTarget): void {
     });
 
     it("contains a memory bomb: the command dies, the host and this process do not", async () => {
-      const sandbox = await create({ memoryMb: 256 });
+      const sandbox = toSeedProtocol(await create({ memoryMb: 256 }));
       const rssBefore = process.memoryUsage().rss;
       // Doubles a string until the limit stops it (about 2 GiB if nothing did).
       const result = await sandbox.execute(`awk 'BEGIN { s = "0123456789abcdef"; for (i = 0; i < 27; i++) s = s s; print length(s) }'`, { timeout: 60 });
@@ -241,7 +243,7 @@ export function containmentCases(target: ContainmentTarget): void {
       it("cannot reach a listener on the host's loopback without network", async () => {
         await listen();
         const before = connections;
-        const sandbox = await create({ network: false });
+        const sandbox = toSeedProtocol(await create({ network: false }));
         const result = await sandbox.execute(connect(port), { timeout: 20 });
         expect(result.output).not.toContain("hello-from-host");
         expect(result.output).toMatch(/connect failed|refused|unreachable|timed out/i);
@@ -250,14 +252,14 @@ export function containmentCases(target: ContainmentTarget): void {
 
       it("reaches it with network: true (the probe works)", async () => {
         await listen();
-        const sandbox = await create({ network: true });
+        const sandbox = toSeedProtocol(await create({ network: true }));
         const result = await sandbox.execute(connect(port), { timeout: 20 });
         expect(result.output).toContain("hello-from-host");
       });
     });
 
     it("cannot write outside the workspace: system dirs are read-only, /tmp is private", async () => {
-      const sandbox = await create();
+      const sandbox = toSeedProtocol(await create());
       const name = `strata-outside-${randomUUID()}`;
       const result = await sandbox.execute(
         `for f in /usr/${name} /etc/${name} /${name} /bin/${name}; do echo x > "$f" && echo "wrote $f"; done; echo x > /tmp/${name} && echo tmp-ok; echo x > /workspace/inside && echo inside-ok`,
@@ -274,7 +276,7 @@ export function containmentCases(target: ContainmentTarget): void {
       const file = `${homedir()}/.strata-containment-${randomUUID()}`;
       writeFileSync(file, secret, { mode: 0o600 });
       try {
-        const sandbox = await create();
+        const sandbox = toSeedProtocol(await create());
         const result = await sandbox.execute(`cat /etc/shadow '${file}'; echo end`);
         expect(result.output).not.toContain(secret);
         expect(result.output).toContain("end");
@@ -391,7 +393,8 @@ export function hostEscapeCases(target: ContainmentTarget): void {
     });
 
     it("caller env (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, BASH_ENV, ENV, PATH) reaches the command, never a host process", async () => {
-      const sandbox = await create();
+      const native = await create();
+      const sandbox = toSeedProtocol(native);
       for (const [name, value] of Object.entries(hostileEnvs())) {
         const result = await sandbox.execute(`printf '%s\\n' "[$${name}]"`, { env: { [name]: value } });
         expect(result.output, name).toContain(`[${value}]`);
@@ -400,15 +403,16 @@ export function hostEscapeCases(target: ContainmentTarget): void {
       // All at once, and through the runtime's command.run payload too.
       const all = await sandbox.execute('echo "[$LD_PRELOAD]"', { env: hostileEnvs() });
       expect(all.output).toContain(`[${probe.library}]`);
-      const viaPayload = await dispatchPayload(sandbox, { type: "command.run", cmd: 'echo "[$LD_PRELOAD]"', env: hostileEnvs() });
+      const viaPayload = await dispatchPayload(native, { type: "command.run", cmd: 'echo "[$LD_PRELOAD]"', env: hostileEnvs() });
       expect(JSON.stringify(viaPayload)).toContain(probe.library);
       expect(probe.hits()).toEqual([]);
     });
 
     it("a library the command drops in its workspace, preloaded by its host path, runs in the sandbox only", async () => {
-      const sandbox = await create();
+      const native = await create();
+      const sandbox = toSeedProtocol(native);
       expect((await sandbox.uploadFiles([["/probe.so", readFileSync(probe.library)]]))[0]!.error).toBeNull();
-      const hostPath = nodePath.join(hostDir(sandbox), "probe.so");
+      const hostPath = nodePath.join(hostDir(native), "probe.so");
       const result = await sandbox.execute('echo "[$LD_PRELOAD]"', { env: { LD_PRELOAD: hostPath } });
       expect(result.output).toContain(`[${hostPath}]`);
       const inside = await sandbox.execute("true", { env: { LD_PRELOAD: "/workspace/probe.so" } });
@@ -417,7 +421,7 @@ export function hostEscapeCases(target: ContainmentTarget): void {
     });
 
     it("rejects env names with '=' or NUL and values with NUL: invalid_argument", async () => {
-      const sandbox = await create();
+      const sandbox = toSeedProtocol(await create());
       const envs: Record<string, string>[] = [{ "A=B": "x" }, { "A\0B": "x" }, { "": "x" }, { A: "x\0y" }];
       for (const env of envs) {
         await expect(sandbox.execute("true", { env })).rejects.toMatchObject({ code: "invalid_argument" });
@@ -426,12 +430,13 @@ export function hostEscapeCases(target: ContainmentTarget): void {
     });
 
     it("files a command makes setuid or setgid are never setuid/setgid root on the host", async () => {
-      const sandbox = await create();
+      const native = await create();
+      const sandbox = toSeedProtocol(native);
       const result = await sandbox.execute(
         "cp /bin/true t4 && chmod 4755 t4; cp /bin/true t6 && chmod 6755 t6; cp /bin/true t2 && chmod 2755 t2; mkdir d && chmod 2775 d; ls -ln t4 t6 t2",
       );
       expect(result.exitCode, result.output).toBe(0);
-      const dir = hostDir(sandbox);
+      const dir = hostDir(native);
       for (const name of ["t4", "t6", "t2", "d"]) {
         const stat = lstatSync(nodePath.join(dir, name));
         const setuidRoot = (stat.mode & 0o4000) !== 0 && stat.uid === 0;
@@ -442,7 +447,7 @@ export function hostEscapeCases(target: ContainmentTarget): void {
     });
 
     it("a file uploaded from the host stays editable by commands", async () => {
-      const sandbox = await create();
+      const sandbox = toSeedProtocol(await create());
       const bytes = new TextEncoder().encode("from host\n");
       expect((await sandbox.uploadFiles([["/deep/er/up.txt", bytes]]))[0]!.error).toBeNull();
       const result = await sandbox.execute("echo from sandbox >> deep/er/up.txt && touch deep/er/new && mv deep/er/up.txt deep/er/moved && cat deep/er/moved");
@@ -462,8 +467,9 @@ export function hostEscapeCases(target: ContainmentTarget): void {
       "command lines, environments and open files": "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; tr '\\0' '\\n' < $p/environ; ls -l $p/fd 2>/dev/null; done; true",
     };
     it.each(Object.keys(hostPathProbes))("shows no host path of the workspace in %s", async (place) => {
-      const sandbox = await create();
-      const dir = hostDir(sandbox);
+      const native = await create();
+      const sandbox = toSeedProtocol(native);
+      const dir = hostDir(native);
       const result = await sandbox.execute(hostPathProbes[place]!);
       expect(result.exitCode, result.output).toBe(0);
       expect(result.output, "the probe saw nothing: nothing was tested").toContain(place === "/proc/mounts" || place === "/proc/self/mountstats" ? " / " : "/workspace");

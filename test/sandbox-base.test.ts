@@ -10,6 +10,7 @@ import nodePath from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { StateBackend } from "../backends/state.js";
 import { formatRead } from "../core/format.js";
+import { toSeedProtocol } from "../core/seed.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { LocalSandbox } from "../sandboxes/local.js";
@@ -17,7 +18,7 @@ import { LocalSandbox } from "../sandboxes/local.js";
 const missing = await BubblewrapSandbox.unavailableReason();
 if (missing) throw new Error(`${missing}; run \`bash scripts/services/20-bubblewrap.sh\` (npm test does this for you)`);
 
-/** Counts execute round trips, and can act between two of them (to race an edit). */
+/** Counts execute round trips (every command and every derived operation's script goes through doExecute), and can act between two of them (to race an edit). */
 interface Counting {
   trips: number;
   beforeTrip: ((trip: number) => void) | undefined;
@@ -25,19 +26,19 @@ interface Counting {
 class CountedLocal extends LocalSandbox implements Counting {
   trips = 0;
   beforeTrip: ((trip: number) => void) | undefined;
-  override execute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse> {
+  protected override doExecute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse> {
     this.trips++;
     this.beforeTrip?.(this.trips);
-    return super.execute(command, options);
+    return super.doExecute(command, options);
   }
 }
 class CountedBwrap extends BubblewrapSandbox implements Counting {
   trips = 0;
   beforeTrip: ((trip: number) => void) | undefined;
-  override execute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse> {
+  protected override doExecute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse> {
     this.trips++;
     this.beforeTrip?.(this.trips);
-    return super.execute(command, options);
+    return super.doExecute(command, options);
   }
 }
 type Counted = CountedLocal | CountedBwrap;
@@ -75,11 +76,12 @@ for (const target of targets) {
     });
 
     derivedIt("makes one round trip per operation, two for edit", async () => {
-      const sandbox = create();
+      const native = create();
+      const sandbox = toSeedProtocol(native);
       const trips = async (op: () => Promise<unknown>) => {
-        const before = sandbox.trips;
+        const before = native.trips;
         await op();
-        return sandbox.trips - before;
+        return native.trips - before;
       };
       expect(await trips(() => sandbox.write("/a/x.txt", "one\ntwo\n"))).toBe(1);
       expect(await trips(() => sandbox.read("/a/x.txt"))).toBe(1);
@@ -95,10 +97,11 @@ for (const target of targets) {
     });
 
     derivedIt("reads a window of a file over 1 MiB exactly as formatRead would, CRLF and long lines included", async () => {
-      const sandbox = create();
+      const native = create();
+      const sandbox = toSeedProtocol(native);
       const lines = Array.from({ length: 60_000 }, (_, i) => (i % 1000 === 7 ? "é".repeat(2500) : `line ${i} ünï`));
       const text = `${lines.join("\r\n")}\r\nlast line without newline`;
-      writeFileSync(nodePath.join(target.hostDir(sandbox), "big.txt"), text);
+      writeFileSync(nodePath.join(target.hostDir(native), "big.txt"), text);
       for (const [offset, limit] of [
         [0, 2000],
         [30_000, 50],
@@ -111,28 +114,31 @@ for (const target of targets) {
     });
 
     derivedIt("treats a big file as binary for NUL anywhere and for invalid UTF-8 in the window", async () => {
-      const sandbox = create();
+      const native = create();
+      const sandbox = toSeedProtocol(native);
       const body = "text line\n".repeat(200_000);
-      writeFileSync(nodePath.join(target.hostDir(sandbox), "nul-at-end.log"), `${body}\0`);
+      writeFileSync(nodePath.join(target.hostDir(native), "nul-at-end.log"), `${body}\0`);
       expect(await sandbox.read("/nul-at-end.log", 0, 10)).toMatch(/^Error: '\/nul-at-end.log' is a binary file \(2000001 bytes\)/);
-      writeFileSync(nodePath.join(target.hostDir(sandbox), "latin1.log"), Buffer.concat([Buffer.from("caf\xe9\n", "latin1"), Buffer.from(body)]));
+      writeFileSync(nodePath.join(target.hostDir(native), "latin1.log"), Buffer.concat([Buffer.from("caf\xe9\n", "latin1"), Buffer.from(body)]));
       expect(await sandbox.read("/latin1.log", 0, 10)).toMatch(/binary file/);
       // grep skips the NUL file; the Latin-1 one is where big files differ (documented): its invalid byte is on a line without a match.
       expect((await sandbox.grep("text line", "/nul-at-end.log")).matches).toEqual([]);
     });
 
     derivedIt("refuses a read window over 16 MiB with too_large instead of loading it", async () => {
-      const sandbox = create();
-      writeFileSync(nodePath.join(target.hostDir(sandbox), "one-line.min.js"), "a".repeat(17 * 1024 * 1024));
+      const native = create();
+      const sandbox = toSeedProtocol(native);
+      writeFileSync(nodePath.join(target.hostDir(native), "one-line.min.js"), "a".repeat(17 * 1024 * 1024));
       expect(await sandbox.read("/one-line.min.js")).toMatch(/^Error: '\/one-line.min.js' is \d+ bytes, over the 16777216-byte limit/);
     });
 
     derivedIt("greps big files through grep -n, with the same results as StateBackend", async () => {
-      const sandbox = create();
-      const reference = new StateBackend();
+      const native = create();
+      const sandbox = toSeedProtocol(native);
+      const reference = toSeedProtocol(new StateBackend());
       const big = Array.from({ length: 100_000 }, (_, i) => (i % 9973 === 0 ? `needle at ${i}\r` : `hay ${i}`)).join("\n");
       const small = "first needle\nsecond\nneedle: again\n";
-      writeFileSync(nodePath.join(target.hostDir(sandbox), "big.log"), big);
+      writeFileSync(nodePath.join(target.hostDir(native), "big.log"), big);
       await reference.write("/big.log", big);
       await sandbox.write("/dir/small.txt", small);
       await reference.write("/dir/small.txt", small);
@@ -141,7 +147,7 @@ for (const target of targets) {
     });
 
     derivedIt("finds and lists names with newlines, colons and leading dashes", async () => {
-      const sandbox = create();
+      const sandbox = toSeedProtocol(create());
       for (const path of ["/odd/new\nline.txt", "/odd/a:1:b.txt", "/odd/-n", "/odd/dir\nname/inner.txt"]) {
         expect((await sandbox.write(path, `needle in ${path}\n`)).error).toBeUndefined();
       }
@@ -152,7 +158,7 @@ for (const target of targets) {
     });
 
     derivedIt("leaves out names no virtual path can address (a command made `a\\b`) instead of failing", async () => {
-      const sandbox = create();
+      const sandbox = toSeedProtocol(create());
       await sandbox.execute("mkdir odd && printf 'needle\\n' > 'odd/back\\slash' && printf 'needle\\n' > odd/plain");
       expect((await sandbox.lsInfo("/odd")).map((f) => f.path)).toEqual(["/odd/plain"]);
       expect((await sandbox.globInfo("**")).map((f) => f.path)).toEqual(["/odd/plain"]);
@@ -160,34 +166,36 @@ for (const target of targets) {
     });
 
     derivedIt("re-applies an edit whose compare-and-swap lost to another writer, keeping that writer's content", async () => {
-      const sandbox = create();
+      const native = create();
+      const sandbox = toSeedProtocol(native);
       await sandbox.write("/race.txt", "alpha beta\n");
-      const start = sandbox.trips;
-      sandbox.beforeTrip = (trip) => {
-        if (trip === start + 2) writeFileSync(nodePath.join(target.hostDir(sandbox), "race.txt"), "alpha from someone else\n");
+      const start = native.trips;
+      native.beforeTrip = (trip) => {
+        if (trip === start + 2) writeFileSync(nodePath.join(target.hostDir(native), "race.txt"), "alpha from someone else\n");
       };
       const result = await sandbox.edit("/race.txt", "alpha", "gamma");
-      sandbox.beforeTrip = undefined;
+      native.beforeTrip = undefined;
       expect(result).toMatchObject({ occurrences: 1 });
-      expect(sandbox.trips - start).toBe(4); // fetch, lost swap, fetch again, swap
+      expect(native.trips - start).toBe(4); // fetch, lost swap, fetch again, swap
       expect(await sandbox.read("/race.txt")).toBe("     1\tgamma from someone else");
     });
 
     derivedIt("answers no_match when the other writer removed what the edit replaces", async () => {
-      const sandbox = create();
+      const native = create();
+      const sandbox = toSeedProtocol(native);
       await sandbox.write("/race.txt", "alpha beta\n");
-      const start = sandbox.trips;
-      sandbox.beforeTrip = (trip) => {
-        if (trip === start + 2) writeFileSync(nodePath.join(target.hostDir(sandbox), "race.txt"), "someone else\n");
+      const start = native.trips;
+      native.beforeTrip = (trip) => {
+        if (trip === start + 2) writeFileSync(nodePath.join(target.hostDir(native), "race.txt"), "someone else\n");
       };
       const result = await sandbox.edit("/race.txt", "alpha", "gamma");
-      sandbox.beforeTrip = undefined;
+      native.beforeTrip = undefined;
       expect(result.code).toBe("no_match");
       expect(await sandbox.read("/race.txt")).toBe("     1\tsomeone else");
     });
 
     derivedIt("keeps a file's mode across edit and overwrite", async () => {
-      const sandbox = create();
+      const sandbox = toSeedProtocol(create());
       await sandbox.write("/run.sh", "#!/bin/sh\necho one\n");
       await sandbox.execute("chmod 755 run.sh");
       await sandbox.edit("/run.sh", "one", "two");
@@ -196,9 +204,10 @@ for (const target of targets) {
     });
 
     it("after close, answers every operation in its contract's failure shape; close is idempotent", async () => {
-      const sandbox = create();
-      await sandbox.close();
-      await sandbox.close();
+      const native = create();
+      const sandbox = toSeedProtocol(native);
+      await native.close();
+      await native.close();
       const closed = { name: "StrataError", code: "sandbox_closed" };
       await expect(sandbox.execute("true")).rejects.toMatchObject(closed);
       await expect(sandbox.lsInfo("/")).rejects.toMatchObject(closed);
@@ -215,7 +224,7 @@ for (const target of targets) {
     });
 
     it("runs in the workspace or a virtual cwd, and refuses a missing cwd with file_not_found", async () => {
-      const sandbox = create();
+      const sandbox = toSeedProtocol(create());
       await sandbox.write("/sub/dir/f.txt", "x");
       expect((await sandbox.execute("ls")).output).toBe("sub\n");
       expect((await sandbox.execute("ls", { cwd: "/sub/dir" })).output).toBe("f.txt\n");
@@ -225,7 +234,7 @@ for (const target of targets) {
     });
 
     it("keeps the head of output at maxOutputBytes without cutting a character, and reports signals as 128+n", async () => {
-      const sandbox = create();
+      const sandbox = toSeedProtocol(create());
       const result = await sandbox.execute("printf 'ab€€€€'", { maxOutputBytes: 6 });
       expect(result).toEqual({ output: "ab€", exitCode: 0, truncated: true });
       expect((await sandbox.execute("kill -9 $$")).exitCode).toBe(137);
@@ -248,24 +257,26 @@ for (const target of targets) {
         expect(chunk).toBe("first\n");
         break;
       }
-      await expect(endless.result).rejects.toThrow(/closed before the command ended/);
+      // The native result never rejects: the early exit from the loop is its failure, with the reason as its message.
+      expect(await endless.result).toMatchObject({ error: { message: expect.stringMatching(/closed before the command ended/) } });
     });
 
     it("stops running commands on close; their calls reject with sandbox_closed", async () => {
-      const sandbox = create();
+      const native = create();
+      const sandbox = toSeedProtocol(native);
       const running = sandbox.execute("sleep 30").then(
         () => "finished",
         (error: unknown) => error,
       );
       await new Promise((resolve) => setTimeout(resolve, 200));
       const started = Date.now();
-      await sandbox.close();
+      await native.close();
       expect(await running).toMatchObject({ code: "sandbox_closed" });
       expect(Date.now() - started).toBeLessThan(3000);
     });
 
     it("stops a command when its AbortSignal fires", async () => {
-      const sandbox = create();
+      const sandbox = toSeedProtocol(create());
       const controller = new AbortController();
       setTimeout(() => controller.abort(new Error("stop")), 300);
       const started = Date.now();

@@ -8,6 +8,7 @@ import { homedir, tmpdir } from "node:os";
 import nodePath from "node:path";
 import { randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
+import { toSeedProtocol } from "../core/seed.js";
 import { BubblewrapSandbox, type BubblewrapSandboxOptions } from "../sandboxes/bubblewrap.js";
 
 const missing = await BubblewrapSandbox.unavailableReason();
@@ -40,12 +41,14 @@ describe("BubblewrapSandbox", () => {
   afterEach(async () => {
     await Promise.all(open.splice(0).map((s) => s.close()));
   });
+  /** The seeds' protocol over a sandbox: what these cases check (execute resolves its response or rejects). */
+  const seed = toSeedProtocol;
 
   it("is available, and says how its limits are enforced", async () => {
     expect(await BubblewrapSandbox.isAvailable()).toBe(true);
     const s = sandbox({ cpuSeconds: 5 });
     expect(s.isolation).toBe("namespaces");
-    await s.execute("true");
+    await seed(s).execute("true");
     expect(s.limits).toEqual(
       cgroupsWritable
         ? { memory: "cgroup", processes: "cgroup", cpu: "rlimit" }
@@ -56,7 +59,7 @@ describe("BubblewrapSandbox", () => {
   it("shows the command a minimal world: /workspace, its own /proc, no host environment", async () => {
     process.env.STRATA_BWRAP_TEST_SECRET = "do-not-leak";
     try {
-      const s = sandbox();
+      const s = seed(sandbox());
       const result = await s.execute('pwd; hostname; echo "[$STRATA_BWRAP_TEST_SECRET]"; ls /; ls /proc | grep -c "^[0-9]"');
       const [pwd, hostname, secret, ...rest] = result.output.trim().split("\n");
       expect([pwd, hostname, secret]).toEqual(["/workspace", "strata", "[]"]);
@@ -71,7 +74,7 @@ describe("BubblewrapSandbox", () => {
   });
 
   it("says when the memory limit killed a command", async () => {
-    const s = sandbox({ memoryMb: 128 });
+    const s = seed(sandbox({ memoryMb: 128 }));
     const result = await s.execute(`awk 'BEGIN { s = "0123456789abcdef"; for (i = 0; i < 26; i++) s = s s; print length(s) }'`, { timeout: 60 });
     expect(result.exitCode).not.toBe(0);
     if (cgroupsWritable) expect(result.output).toContain("memory limit of 128 MiB was reached");
@@ -79,7 +82,7 @@ describe("BubblewrapSandbox", () => {
 
   it("without cgroups, limits memory per process with RLIMIT_AS, and says so", async () => {
     const s = sandbox({ cgroups: false, memoryMb: 128 });
-    const result = await s.execute(`awk 'BEGIN { s = "0123456789abcdef"; for (i = 0; i < 26; i++) s = s s; print length(s) }'`, { timeout: 60 });
+    const result = await seed(s).execute(`awk 'BEGIN { s = "0123456789abcdef"; for (i = 0; i < 26; i++) s = s s; print length(s) }'`, { timeout: 60 });
     expect(result.exitCode).not.toBe(0);
     expect(result.output).not.toContain("1073741824");
     // As root too: commands run as the unprivileged sandbox user, whom RLIMIT_NPROC binds.
@@ -88,7 +91,7 @@ describe("BubblewrapSandbox", () => {
   });
 
   it("stops a CPU hog at cpuSeconds", async () => {
-    const s = sandbox({ cpuSeconds: 1 });
+    const s = seed(sandbox({ cpuSeconds: 1 }));
     const started = Date.now();
     const result = await s.execute("while :; do :; done", { timeout: 30 });
     expect(Date.now() - started).toBeLessThan(15_000);
@@ -98,7 +101,7 @@ describe("BubblewrapSandbox", () => {
 
   it("removes its cgroups on close", async () => {
     const s = new BubblewrapSandbox();
-    await s.execute("true");
+    await seed(s).execute("true");
     const name = `strata-${s.id}`;
     expect(findDirs("/sys/fs/cgroup", name).length).toBe(cgroupsWritable ? 2 : 0);
     await s.close();
@@ -106,7 +109,7 @@ describe("BubblewrapSandbox", () => {
   });
 
   it("runs commands in parallel in one sandbox", async () => {
-    const s = sandbox();
+    const s = seed(sandbox());
     const results = await Promise.all(Array.from({ length: 6 }, (_, i) => s.execute(`sleep 0.2; echo ${i}`)));
     expect(results.map((r) => r.output)).toEqual(["0\n", "1\n", "2\n", "3\n", "4\n", "5\n"]);
   });
@@ -115,7 +118,7 @@ describe("BubblewrapSandbox", () => {
     const secretFile = `${homedir()}/.strata-bwrap-${randomUUID()}`;
     writeFileSync(secretFile, "host secret", { mode: 0o600 });
     try {
-      const s = sandbox();
+      const s = seed(sandbox());
       await s.execute(`ln -s '${secretFile}' leak && ln -s / root-door`);
       // Transfers go through the host directory and never follow a link at all.
       expect((await s.downloadFiles(["/leak"]))[0]).toMatchObject({ content: null, error: "permission_denied" });
@@ -136,7 +139,7 @@ describe("BubblewrapSandbox", () => {
     try {
       writeFileSync(nodePath.join(dir, "from-host.txt"), "hello\n");
       const s = new BubblewrapSandbox({ workspace: dir });
-      expect((await s.execute("cat from-host.txt && echo made > by-sandbox.txt")).output).toBe("hello\n");
+      expect((await seed(s).execute("cat from-host.txt && echo made > by-sandbox.txt")).output).toBe("hello\n");
       await s.close();
       expect(readFileSync(nodePath.join(dir, "by-sandbox.txt"), "utf8")).toBe("made\n");
     } finally {
@@ -145,7 +148,7 @@ describe("BubblewrapSandbox", () => {
   });
 
   it("with the BusyBox toolset, runs BusyBox applets and nothing of the host's /usr/bin", async () => {
-    const s = sandbox({ toolset: "busybox" });
+    const s = seed(sandbox({ toolset: "busybox" }));
     const result = await s.execute("sh -c 'echo $0' ; ls --help 2>&1 | head -1; command -v perl || echo no-perl");
     expect(result.output).toMatch(/BusyBox v/);
     expect(result.output).toContain("no-perl");
@@ -160,10 +163,11 @@ describe("BubblewrapSandbox", () => {
 
   it("holds every file a command writes to the workspace quota (RLIMIT_FSIZE), and /tmp to it as a whole", async () => {
     const quota = 4 * 1024 * 1024;
-    const s = sandbox({ quota: { maxBytes: quota } });
+    const native = sandbox({ quota: { maxBytes: quota } });
+    const s = seed(native);
     const big = await s.execute(`head -c ${2 * quota} /dev/zero > big; echo "rc=$?"`);
     expect(big.output).toMatch(/rc=153/);
-    expect(statSync(nodePath.join(s.hostWorkspace, "big")).size).toBeLessThanOrEqual(quota);
+    expect(statSync(nodePath.join(native.hostWorkspace, "big")).size).toBeLessThanOrEqual(quota);
     // Many files each under the limit still fill /tmp no further than the quota (a sized tmpfs).
     const tmp = await s.execute(`for i in 1 2 3; do head -c ${quota / 2} /dev/zero > /tmp/f$i || echo failed-$i; done; du -sk /tmp`);
     expect(tmp.output).toContain("failed-");
@@ -182,7 +186,7 @@ describe("BubblewrapSandbox", () => {
       writeFileSync(nodePath.join(dir, "sub", "mine.txt"), "host\n");
       writeFileSync(nodePath.join(outside, "secret"), "root only\n", { mode: 0o600 });
       linkSync(nodePath.join(outside, "secret"), nodePath.join(dir, "hardlink"));
-      const s = sandbox({ workspace: dir, sandboxUser: { uid: 65533, gid: 65533 } });
+      const s = seed(sandbox({ workspace: dir, sandboxUser: { uid: 65533, gid: 65533 } }));
       const result = await s.execute("id -u; id -g; echo more >> sub/mine.txt && cat sub/mine.txt; cat hardlink 2>/dev/null || echo denied");
       expect(result.output).toBe("65533\n65533\nhost\nmore\ndenied\n");
       expect(lstatSync(nodePath.join(dir, "sub", "mine.txt")).uid).toBe(65533);
@@ -202,14 +206,14 @@ describe("BubblewrapSandbox", () => {
     try {
       if (process.getuid?.() === 0) {
         // The sandbox user must be able to reach the workspace; the refusal names no host path.
-        const refused = await sandbox({ workspace: dir })
+        const refused = await seed(sandbox({ workspace: dir }))
           .execute("true")
           .catch((error: unknown) => error);
         expect(refused).toMatchObject({ code: "permission_denied" });
         expect(String((refused as Error).message)).not.toContain(name);
         chmodSync(nodePath.dirname(dir), 0o755);
       }
-      const s = sandbox({ workspace: dir });
+      const s = seed(sandbox({ workspace: dir }));
       const result = await s.execute(
         "env; pwd -P; readlink /proc/self/cwd; cat /proc/mounts; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done; echo MOUNTINFO; cat /proc/self/mountinfo",
       );

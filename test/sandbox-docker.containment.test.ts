@@ -10,6 +10,7 @@ import { readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import Docker from "dockerode";
 import { describe, expect, it } from "vitest";
+import { toSeedProtocol } from "../core/seed.js";
 import { DockerSandbox } from "../sandboxes/docker.js";
 import { commandCases, containmentCases, type ContainmentLimits } from "./containment-cases.js";
 import { TEST_LABELS, dockerService } from "./support/sandbox-services.js";
@@ -71,7 +72,7 @@ describe("docker containment: host environment, setuid files, host paths", () =>
       const probe = `strata-probe-${randomUUID()}`;
       // The library path as a host process would need it; loading it anywhere on the host would need this exact value.
       const env = { LD_PRELOAD: `${hostWorkspace}/probe.so`, STRATA_PROBE: probe };
-      const running = sandbox.execute("sleep 2", { env });
+      const running = toSeedProtocol(sandbox).execute("sleep 2", { env });
       await new Promise((resolve) => setTimeout(resolve, 800));
       const carriers = hostProcessesWithEnv(probe, sandbox.id);
       await running;
@@ -88,7 +89,7 @@ describe("docker containment: host environment, setuid files, host paths", () =>
     for (const image of [images.busybox, images.gnu]) {
       const sandbox = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS });
       try {
-        const made = await sandbox.execute("cp /bin/busybox ./t 2>/dev/null || cp /usr/bin/true ./t; chmod 4755 ./t; chmod 2755 ./t2 2>/dev/null; id -u");
+        const made = await toSeedProtocol(sandbox).execute("cp /bin/busybox ./t 2>/dev/null || cp /usr/bin/true ./t; chmod 4755 ./t; chmod 2755 ./t2 2>/dev/null; id -u");
         expect(made.output.trim().split("\n").pop()).toBe("65534");
         const info = await docker.getContainer(sandbox.id).inspect();
         const hostWorkspace = info.Mounts.find((mount) => mount.Destination === sandbox.workspace)!.Source;
@@ -111,12 +112,12 @@ describe("docker containment: host environment, setuid files, host paths", () =>
     try {
       const info = await docker.getContainer(sandbox.id).inspect();
       const hostWorkspace = info.Mounts.find((mount) => mount.Destination === sandbox.workspace)!.Source;
-      const mountinfo = (await sandbox.execute("cat /proc/self/mountinfo")).output;
+      const mountinfo = (await toSeedProtocol(sandbox).execute("cat /proc/self/mountinfo")).output;
       // The volume's host path is the mount's root in mountinfo, and the image's layers name the data root too.
       // What keeps that harmless: no host process takes a path or environment from the caller (the case above).
       expect(mountinfo).toContain(hostWorkspace);
       // Our own answers never name it.
-      const missing = await sandbox.read("/nope");
+      const missing = await toSeedProtocol(sandbox).read("/nope");
       expect(missing).not.toContain(hostWorkspace);
     } finally {
       await sandbox.close();

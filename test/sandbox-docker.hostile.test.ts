@@ -8,6 +8,7 @@ import { createHash } from "node:crypto";
 import Docker from "dockerode";
 import { afterAll, describe, expect, it } from "vitest";
 import { MAX_TIMEOUT_SECONDS } from "../core/limits.js";
+import { toSeedProtocol } from "../core/seed.js";
 import { DEADLINE_LABEL, DockerSandbox } from "../sandboxes/docker.js";
 import { SharedContainer, TEST_LABELS, dockerService } from "./support/sandbox-services.js";
 
@@ -22,7 +23,7 @@ const unique = (prefix: number) => `${prefix}${Math.floor(Math.random() * 1e6)}`
 async function processesInside(sandbox: DockerSandbox, marker: string, seconds = 3): Promise<string[]> {
   const deadline = Date.now() + seconds * 1000;
   for (;;) {
-    const { output } = await sandbox.execute("ps -o pid,args");
+    const { output } = await toSeedProtocol(sandbox).execute("ps -o pid,args");
     const found = output.split("\n").filter((line) => line.includes(marker));
     if (found.length === 0 || Date.now() > deadline) return found;
     await sleep(100);
@@ -45,7 +46,8 @@ for (const [flavour, image] of Object.entries(images)) {
 
     it("never writes through a planted link: a linked parent is refused, a final link is replaced", async () => {
       // A writable root: only the user the transfer runs as stands between a link and the image.
-      const sandbox = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS, readOnlyRoot: false });
+      const native = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS, readOnlyRoot: false });
+      const sandbox = toSeedProtocol(native);
       try {
         const before = (await sandbox.execute("cksum < /usr/bin/ls || cksum < /bin/ls")).output;
         await sandbox.execute("ln -s /usr/bin b && ln -s /tmp t && echo kept > target && ln -s target final && mkdir d && ln -s ../target d/rel");
@@ -71,12 +73,12 @@ for (const [flavour, image] of Object.entries(images)) {
         expect(write.error).toBeDefined();
         expect((await sandbox.execute("ls /usr/bin/sneaky 2>/dev/null || echo absent")).output).toBe("absent\n");
       } finally {
-        await sandbox.close();
+        await native.close();
       }
     });
 
     it("reads through links as the shell does: read, single download, batch download and cat agree", async () => {
-      const sandbox = await shared.fresh();
+      const sandbox = toSeedProtocol(await shared.fresh());
       // A link out to /tmp (a tmpfs the daemon's archive API did not see), and a relative link inside a linked directory.
       const tmp = `/tmp/${unique(11)}`;
       await sandbox.execute(`mkdir ${tmp} && echo outside > ${tmp}/f && ln -s ${tmp} out`);
@@ -96,47 +98,50 @@ for (const [flavour, image] of Object.entries(images)) {
 
     it("close() stops a running command of an attached sandbox: it rejects with sandbox_closed and the process is gone", async () => {
       const observer = await shared.fresh();
-      const sandbox = await DockerSandbox.attach(observer.id, { docker: socket, workDir: observer.workspace });
+      const native = await DockerSandbox.attach(observer.id, { docker: socket, workDir: observer.workspace });
+      const sandbox = toSeedProtocol(native);
       const marker = unique(21);
       const started = Date.now();
       const running = sandbox.execute(`sleep ${marker}; echo finished`).catch((error: unknown) => error);
       await sleep(700);
-      await sandbox.close();
+      await native.close();
       expect(await running).toMatchObject({ code: "sandbox_closed" });
       expect(Date.now() - started).toBeLessThan(5000);
       expect(await processesInside(observer, marker)).toEqual([]);
     });
 
     it("close() of a created sandbox rejects its running command with sandbox_closed, not an exit code", async () => {
-      const sandbox = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS });
+      const native = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS });
+      const sandbox = toSeedProtocol(native);
       const running = sandbox.execute("sleep 600").catch((error: unknown) => error);
       await sleep(700);
-      await sandbox.close();
+      await native.close();
       expect(await running).toMatchObject({ code: "sandbox_closed" });
-      expect(await gone(sandbox.id)).toBe(true);
+      expect(await gone(native.id)).toBe(true);
     });
 
     it("kills at the timeout what left the group and dropped the marker (setsid env -i), and what held the output after a normal exit", async () => {
-      const sandbox = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS });
+      const native = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS });
+      const sandbox = toSeedProtocol(native);
       try {
         const quiet = unique(31);
         const timedOut = await sandbox.execute(`setsid env -i sleep ${quiet} >/dev/null 2>&1 & sleep 600`, { timeout: 1 });
         expect(timedOut.exitCode).toBe(124);
-        expect(await processesInside(sandbox, quiet)).toEqual([]);
+        expect(await processesInside(native, quiet)).toEqual([]);
 
         const holder = unique(32);
         const started = Date.now();
         const normal = await sandbox.execute(`setsid env -i sleep ${holder} & echo done`);
         expect(normal).toEqual({ output: "done\n", exitCode: 0, truncated: false });
         expect(Date.now() - started).toBeLessThan(3000);
-        expect(await processesInside(sandbox, holder)).toEqual([]);
+        expect(await processesInside(native, holder)).toEqual([]);
 
         // A background job whose output goes elsewhere is the caller's to keep, as in every sandbox.
         const kept = unique(33);
         await sandbox.execute(`sleep ${kept} >/dev/null 2>&1 &`);
-        expect(await processesInside(sandbox, kept, 0)).toHaveLength(1);
+        expect(await processesInside(native, kept, 0)).toHaveLength(1);
       } finally {
-        await sandbox.close();
+        await native.close();
       }
     });
   });
@@ -144,8 +149,9 @@ for (const [flavour, image] of Object.entries(images)) {
 
 describe("DockerSandbox lifetime", () => {
   it("a created container stops and is removed at its lifetime even though close() is never called", async () => {
-    const sandbox = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, lifetime: 3 });
-    const info = await docker.getContainer(sandbox.id).inspect();
+    const native = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, lifetime: 3 });
+    const sandbox = toSeedProtocol(native);
+    const info = await docker.getContainer(native.id).inspect();
     expect(Number(info.Config.Labels[DEADLINE_LABEL])).toBeGreaterThan(Date.now() / 1000);
     expect(info.HostConfig.AutoRemove).toBe(true);
     expect((await sandbox.execute("echo alive")).output).toBe("alive\n");
@@ -153,7 +159,7 @@ describe("DockerSandbox lifetime", () => {
     let removed = false;
     for (let i = 0; i < 40 && !removed; i++) {
       await sleep(250);
-      removed = await gone(sandbox.id);
+      removed = await gone(native.id);
     }
     expect(removed).toBe(true);
   });
@@ -175,19 +181,21 @@ describe("DockerSandbox lifetime", () => {
     await expect(DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, timeout: tooLong })).rejects.toMatchObject({
       code: "invalid_argument",
     });
-    const sandbox = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, lifetime: MAX_TIMEOUT_SECONDS });
+    const native = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, lifetime: MAX_TIMEOUT_SECONDS });
+    const sandbox = toSeedProtocol(native);
     try {
       await expect(sandbox.execute("true", { timeout: 2592000 })).rejects.toMatchObject({ code: "invalid_argument" });
       expect((await sandbox.execute("echo fine", { timeout: MAX_TIMEOUT_SECONDS })).output).toBe("fine\n");
     } finally {
-      await sandbox.close();
+      await native.close();
     }
   });
 });
 
 describe("DockerSandbox big batch download", () => {
   it("downloads two ~200 MB files in one call, intact, without one string or buffer for both", async () => {
-    const sandbox = await DockerSandbox.create({ image: images.gnu, docker: socket, labels: TEST_LABELS, memoryMb: 512, quota: false });
+    const native = await DockerSandbox.create({ image: images.gnu, docker: socket, labels: TEST_LABELS, memoryMb: 512, quota: false });
+    const sandbox = toSeedProtocol(native);
     try {
       const made = await sandbox.execute(
         "dd if=/dev/urandom of=a.bin bs=1M count=200 2>/dev/null && dd if=/dev/urandom of=b.bin bs=1M count=190 2>/dev/null && sha256sum a.bin b.bin",
@@ -206,7 +214,7 @@ describe("DockerSandbox big batch download", () => {
       // The two files themselves are 390 MiB; the transfer adds little on top (it was 1.4 GB and a throw).
       expect(grown).toBeLessThan(800 * 1024 * 1024);
     } finally {
-      await sandbox.close();
+      await native.close();
     }
   }, 120_000);
 });

@@ -7,6 +7,7 @@ import { randomUUID } from "node:crypto";
 import Docker from "dockerode";
 import { afterAll, describe, expect, it } from "vitest";
 import { isStrataError } from "../core/errors.js";
+import { toSeedProtocol } from "../core/seed.js";
 import { DockerSandbox } from "../sandboxes/docker.js";
 import { dockerService, rejection, SharedContainer, TEST_LABELS } from "./support/sandbox-services.js";
 
@@ -19,7 +20,7 @@ const text = (data: Uint8Array | null) => new TextDecoder().decode(data ?? new U
 async function processesInside(sandbox: DockerSandbox, marker: string, seconds = 3): Promise<string[]> {
   const deadline = Date.now() + seconds * 1000;
   for (;;) {
-    const { output } = await sandbox.execute("ps -o pid,stat,args");
+    const { output } = await toSeedProtocol(sandbox).execute("ps -o pid,stat,args");
     const found = output.split("\n").filter((line) => line.includes(marker));
     if (found.length === 0 || Date.now() > deadline) return found;
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -33,12 +34,13 @@ for (const [flavour, image] of Object.entries(images)) {
 
     describe("execute", () => {
       it("runs a command in the workspace and reports output, exit code and truncation", async () => {
-        const sandbox = await shared.fresh();
-        expect(await sandbox.execute("echo hello; pwd")).toEqual({ output: `hello\n${sandbox.workspace}\n`, exitCode: 0, truncated: false });
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
+        expect(await sandbox.execute("echo hello; pwd")).toEqual({ output: `hello\n${native.workspace}\n`, exitCode: 0, truncated: false });
       });
 
       it("reports exit codes: explicit, failing command, missing command, killed by a signal", async () => {
-        const sandbox = await shared.fresh();
+        const sandbox = toSeedProtocol(await shared.fresh());
         expect((await sandbox.execute("exit 3")).exitCode).toBe(3);
         expect((await sandbox.execute("false")).exitCode).toBe(1);
         const missing = await sandbox.execute("no-such-command-here");
@@ -48,13 +50,13 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("combines stdout and stderr in the order they were written", async () => {
-        const sandbox = await shared.fresh();
+        const sandbox = toSeedProtocol(await shared.fresh());
         const result = await sandbox.execute("for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; done");
         expect(result.output).toBe("out1\nerr1\nout2\nerr2\nout3\nerr3\nout4\nerr4\nout5\nerr5\n");
       });
 
       it("feeds stdin, text or bytes, and gives end-of-file after it", async () => {
-        const sandbox = await shared.fresh();
+        const sandbox = toSeedProtocol(await shared.fresh());
         expect((await sandbox.execute("cat; echo end", { stdin: "line one\nline two\n" })).output).toBe("line one\nline two\nend\n");
         const big = new Uint8Array(3 * 1024 * 1024).fill(120);
         expect((await sandbox.execute("wc -c", { stdin: big })).output.trim()).toBe(String(big.length));
@@ -64,7 +66,7 @@ for (const [flavour, image] of Object.entries(images)) {
 
       it("passes environment variables exactly, the call's over the sandbox's", async () => {
         const base = await shared.fresh();
-        const sandbox = await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, env: { A: "from-sandbox", B: "kept" } });
+        const sandbox = toSeedProtocol(await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, env: { A: "from-sandbox", B: "kept" } }));
         const value = `spaces  'quotes' "double" $HOME \`tick\`\nnew line`;
         const result = await sandbox.execute('printf "%s|%s|%s" "$A" "$B" "$ODD"', { env: { A: "from-call", ODD: value } });
         expect(result.output).toBe(`from-call|kept|${value}`);
@@ -72,49 +74,53 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("runs in a virtual cwd; a missing or hostile cwd is a typed error", async () => {
-        const sandbox = await shared.fresh();
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
         await sandbox.execute("mkdir -p sub/deeper");
-        expect((await sandbox.execute("pwd", { cwd: "/sub/deeper" })).output).toBe(`${sandbox.workspace}/sub/deeper\n`);
+        expect((await sandbox.execute("pwd", { cwd: "/sub/deeper" })).output).toBe(`${native.workspace}/sub/deeper\n`);
         const missing = await rejection(sandbox.execute("pwd", { cwd: "/nope" }));
         expect(isStrataError(missing, "file_not_found")).toBe(true);
-        expect((missing as Error).message).not.toContain(sandbox.workspace);
+        expect((missing as Error).message).not.toContain(native.workspace);
         await expect(sandbox.execute("pwd", { cwd: "/../etc" })).rejects.toMatchObject({ code: "invalid_path" });
       });
 
       it("kills the whole process tree at the timeout (exit 124), even a child that left the group", async () => {
-        const sandbox = await shared.fresh();
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
         const marker = `47${Math.floor(Math.random() * 1e6)}`;
         const started = Date.now();
         const result = await sandbox.execute(`sleep ${marker}1 & setsid sleep ${marker}2 & echo started; sleep ${marker}3`, { timeout: 1 });
         expect(Date.now() - started).toBeLessThan(4000);
         expect(result.exitCode).toBe(124);
         expect(result.output).toMatch(/^started\n\n\[Command timed out after 1 s/);
-        expect(await processesInside(sandbox, marker)).toEqual([]);
+        expect(await processesInside(native, marker)).toEqual([]);
         expect((await sandbox.execute("echo still-usable")).output).toBe("still-usable\n");
       });
 
       it("does not wait for a background child that keeps the output open", async () => {
-        const sandbox = await shared.fresh();
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
         const marker = `58${Math.floor(Math.random() * 1e6)}`;
         const started = Date.now();
         const result = await sandbox.execute(`sleep ${marker} & echo back`);
         expect(Date.now() - started).toBeLessThan(1500);
         expect(result).toEqual({ output: "back\n", exitCode: 0, truncated: false });
-        expect(await processesInside(sandbox, marker)).toEqual([]);
+        expect(await processesInside(native, marker)).toEqual([]);
       });
 
       it("leaves alone a background process whose output goes elsewhere", async () => {
-        const sandbox = await shared.fresh();
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
         const marker = `69${Math.floor(Math.random() * 1e6)}`;
         expect((await sandbox.execute(`sleep ${marker} >/dev/null 2>&1 & echo started`)).output).toBe("started\n");
-        const [survivor, ...others] = await processesInside(sandbox, marker, 0);
+        const [survivor, ...others] = await processesInside(native, marker, 0);
         expect(others).toEqual([]);
         await sandbox.execute(`kill ${survivor!.trim().split(/\s+/)[0]}`);
       });
 
       it("caps output at the sandbox's limit or the call's, keeping the head", async () => {
         const base = await shared.fresh();
-        const sandbox = await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, maxOutputBytes: 1000 });
+        const sandbox = toSeedProtocol(await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, maxOutputBytes: 1000 }));
         const capped = await sandbox.execute("echo first; head -c 5000 /dev/zero | tr '\\0' y; echo; echo last");
         expect(capped.truncated).toBe(true);
         expect(capped.output).toBe(`first\n${"y".repeat(994)}`);
@@ -125,24 +131,26 @@ for (const [flavour, image] of Object.entries(images)) {
 
       it("stops a command that writes endlessly, past 64 times the limit", async () => {
         const base = await shared.fresh();
-        const sandbox = await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, maxOutputBytes: 1024 });
+        const native = await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, maxOutputBytes: 1024 });
+        const sandbox = toSeedProtocol(native);
         const result = await sandbox.execute("yes", { timeout: 60 });
         expect(result.truncated).toBe(true);
         expect(result.output).toMatch(/\[Command killed: it wrote more than 65536 bytes of output\]$/);
-        expect(await processesInside(sandbox, " yes")).toEqual([]);
+        expect(await processesInside(native, " yes")).toEqual([]);
       });
 
       it("rejects with the abort reason and kills the command when aborted", async () => {
-        const sandbox = await shared.fresh();
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
         const marker = `81${Math.floor(Math.random() * 1e6)}`;
         const controller = new AbortController();
         setTimeout(() => controller.abort(new Error("stop it")), 300);
         await expect(sandbox.execute(`sleep ${marker}`, { signal: controller.signal })).rejects.toThrow("stop it");
-        expect(await processesInside(sandbox, marker)).toEqual([]);
+        expect(await processesInside(native, marker)).toEqual([]);
       });
 
       it("has no network, a read-only system and a private writable /tmp", async () => {
-        const sandbox = await shared.fresh();
+        const sandbox = toSeedProtocol(await shared.fresh());
         expect((await sandbox.execute("ls /sys/class/net")).output).toBe("lo\n");
         const result = await sandbox.execute("touch /etc/x 2>/dev/null || echo etc-read-only; touch /tmp/x && echo tmp-ok");
         expect(result.output).toBe("etc-read-only\ntmp-ok\n");
@@ -151,22 +159,23 @@ for (const [flavour, image] of Object.entries(images)) {
 
     describe("files", () => {
       it("uploads 1000 files in one exec and downloads them in one more, never through the archive API", async () => {
-        const sandbox = await shared.fresh({ quota: false });
+        const native = await shared.fresh({ quota: false });
+        const sandbox = toSeedProtocol(native);
         const files = Array.from({ length: 1000 }, (_, i) => [`/batch/d${i % 10}/file-${i}.txt`, bytes(`content ${i}\n`)] as const);
-        const before = { ...sandbox.stats };
+        const before = { ...native.stats };
         const responses = await sandbox.uploadFiles(files);
-        expect(sandbox.stats.execs - before.execs).toBe(1);
+        expect(native.stats.execs - before.execs).toBe(1);
         expect(responses).toEqual(files.map(([path]) => ({ path, error: null })));
         expect((await sandbox.execute("find batch -type f | wc -l")).output.trim()).toBe("1000");
-        const execs = sandbox.stats.execs;
+        const execs = native.stats.execs;
         const downloaded = await sandbox.downloadFiles(files.map(([path]) => path));
-        expect(sandbox.stats.execs - execs).toBe(1);
+        expect(native.stats.execs - execs).toBe(1);
         expect(downloaded.every((r, i) => r.error === null && text(r.content) === `content ${i}\n`)).toBe(true);
-        expect(sandbox.stats.putArchives + sandbox.stats.getArchives).toBe(0);
+        expect(native.stats.putArchives + native.stats.getArchives).toBe(0);
       });
 
       it("answers a mixed batch per item, in order, and never replaces a directory", async () => {
-        const sandbox = await shared.fresh();
+        const sandbox = toSeedProtocol(await shared.fresh());
         await sandbox.uploadFiles([
           ["/dir/inside.txt", bytes("keep me")],
           ["/plain.txt", bytes("a file")],
@@ -192,7 +201,7 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("round-trips every byte value and overwrites on upload", async () => {
-        const sandbox = await shared.fresh();
+        const sandbox = toSeedProtocol(await shared.fresh());
         const all = Uint8Array.from({ length: 256 * 4 }, (_, i) => i % 256);
         await sandbox.uploadFiles([["/bin.dat", bytes("old")]]);
         expect(await sandbox.uploadFiles([["/bin.dat", all]])).toEqual([{ path: "/bin.dat", error: null }]);
@@ -202,7 +211,7 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("downloads: missing, directory, under a file, hostile path, and follows a symlink", async () => {
-        const sandbox = await shared.fresh();
+        const sandbox = toSeedProtocol(await shared.fresh());
         await sandbox.uploadFiles([["/real/target.txt", bytes("through the link")]]);
         await sandbox.execute("ln -s real/target.txt link.txt && ln -s real linkdir");
         const responses = await sandbox.downloadFiles(["/missing.txt", "/real", "/real/target.txt/x", "/a/../b", "/link.txt", "/linkdir/target.txt"]);
@@ -225,7 +234,7 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("serves the derived file operations from the same workspace", async () => {
-        const sandbox = await shared.fresh();
+        const sandbox = toSeedProtocol(await shared.fresh());
         expect(await sandbox.write("/notes/a.md", "alpha\nbeta\n")).toMatchObject({ path: "/notes/a.md" });
         expect((await sandbox.execute("cat notes/a.md")).output).toBe("alpha\nbeta\n");
         expect(await sandbox.edit("/notes/a.md", "beta", "gamma")).toMatchObject({ occurrences: 1 });
@@ -237,19 +246,20 @@ for (const [flavour, image] of Object.entries(images)) {
     describe("lifecycle", () => {
       it("reattaches to the container by id and sees the same files", async () => {
         const first = await shared.fresh();
-        await first.uploadFiles([["/kept.txt", bytes("still here")]]);
+        await toSeedProtocol(first).uploadFiles([["/kept.txt", bytes("still here")]]);
         const again = await DockerSandbox.attach(first.id, { docker: socket, workDir: first.workspace });
         expect(again.id).toBe(first.id);
-        expect(text((await again.downloadFiles(["/kept.txt"]))[0]!.content)).toBe("still here");
+        expect(text((await toSeedProtocol(again).downloadFiles(["/kept.txt"]))[0]!.content)).toBe("still here");
         await first.close();
         // Closing an attached sandbox leaves the container running for the others.
-        expect((await again.execute("cat kept.txt")).output).toBe("still here");
+        expect((await toSeedProtocol(again).execute("cat kept.txt")).output).toBe("still here");
       });
 
       it("fails every operation with sandbox_closed after close, and close is idempotent", async () => {
-        const sandbox = await shared.fresh();
-        await sandbox.close();
-        await sandbox.close();
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
+        await native.close();
+        await native.close();
         await expect(sandbox.execute("echo hi")).rejects.toMatchObject({ code: "sandbox_closed" });
         // Transfers answer per item, as they always do.
         expect(await sandbox.uploadFiles([["/a", bytes("x")]])).toEqual([{ path: "/a", error: "permission_denied" }]);
@@ -289,9 +299,10 @@ describe("DockerSandbox errors", () => {
 
   it("reports a container that is gone as unavailable", async () => {
     await expect(DockerSandbox.attach(`strata-missing-${randomUUID()}`, { docker: socket })).rejects.toMatchObject({ code: "unavailable" });
-    const sandbox = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS });
-    await new Docker({ socketPath: socket }).getContainer(sandbox.id).remove({ force: true, v: true });
+    const native = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS });
+    const sandbox = toSeedProtocol(native);
+    await new Docker({ socketPath: socket }).getContainer(native.id).remove({ force: true, v: true });
     await expect(sandbox.execute("echo hi")).rejects.toMatchObject({ code: "unavailable" });
-    await sandbox.close();
+    await native.close();
   });
 });

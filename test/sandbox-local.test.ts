@@ -7,6 +7,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSyn
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { toSeedProtocol } from "../core/seed.js";
 import { LocalSandbox } from "../sandboxes/local.js";
 import { commandCases } from "./containment-cases.js";
 
@@ -35,8 +36,9 @@ describe("LocalSandbox", () => {
   it("does not hand this process's environment to commands unless asked", async () => {
     process.env.STRATA_LOCAL_TEST_SECRET = "do-not-leak";
     try {
-      const s = sandbox({ env: undefined });
-      expect((await s.execute("echo \"[$STRATA_LOCAL_TEST_SECRET]\" \"$HOME\"")).output).toBe(`[] ${s.workspace}\n`);
+      const native = sandbox({ env: undefined });
+      const s = toSeedProtocol(native);
+      expect((await s.execute("echo \"[$STRATA_LOCAL_TEST_SECRET]\" \"$HOME\"")).output).toBe(`[] ${native.workspace}\n`);
       expect((await s.execute('echo "$X"', { env: { X: "given" } })).output).toBe("given\n");
     } finally {
       delete process.env.STRATA_LOCAL_TEST_SECRET;
@@ -46,9 +48,10 @@ describe("LocalSandbox", () => {
   it("refuses uploads and downloads through a symlink that leads out of the workspace", async () => {
     const outside = tempDir();
     writeFileSync(nodePath.join(outside, "secret.txt"), "secret");
-    const s = sandbox();
-    symlinkSync(outside, nodePath.join(s.workspace, "door"));
-    symlinkSync(nodePath.join(outside, "secret.txt"), nodePath.join(s.workspace, "secret-link"));
+    const native = sandbox();
+    const s = toSeedProtocol(native);
+    symlinkSync(outside, nodePath.join(native.workspace, "door"));
+    symlinkSync(nodePath.join(outside, "secret.txt"), nodePath.join(native.workspace, "secret-link"));
     const [up] = await s.uploadFiles([["/door/planted.txt", new TextEncoder().encode("x")]]);
     expect(up!.error).not.toBeNull();
     expect(existsSync(nodePath.join(outside, "planted.txt"))).toBe(false);
@@ -65,7 +68,7 @@ describe("LocalSandbox", () => {
     mkdirSync(nodePath.join(dir, "src"));
     writeFileSync(nodePath.join(dir, "src", "a.txt"), "from host\n");
     const given = new LocalSandbox({ workspace: dir });
-    expect(await given.read("/src/a.txt")).toBe("     1\tfrom host");
+    expect(await toSeedProtocol(given).read("/src/a.txt")).toBe("     1\tfrom host");
     await given.close();
     expect(existsSync(nodePath.join(dir, "src", "a.txt"))).toBe(true);
     const own = new LocalSandbox();
@@ -76,7 +79,7 @@ describe("LocalSandbox", () => {
   });
 
   it("runs commands with the default timeout when the call gives none", async () => {
-    const s = sandbox({ timeout: 0.5 });
+    const s = toSeedProtocol(sandbox({ timeout: 0.5 }));
     const result = await s.execute("sleep 20");
     expect(result.exitCode).toBe(124);
     expect(result.output).toContain("timed out after 0.5 s");

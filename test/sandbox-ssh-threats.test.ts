@@ -15,6 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { isStrataError } from "../core/errors.js";
+import { toSeedProtocol } from "../core/seed.js";
 import { MAX_TIMEOUT_SECONDS } from "../core/limits.js";
 import { SshSandbox, type SshSandboxOptions } from "../sandboxes/ssh.js";
 import { rejection, SshWorkspaces } from "./support/sandbox-services.js";
@@ -54,7 +55,7 @@ function signalServer(pids: number[], signal: NodeJS.Signals): void {
 
 /** Processes of the remote user whose command line mentions `marker`, seen from another sandbox, polled until none is left. */
 async function remoteProcesses(marker: string, seconds = 3): Promise<string[]> {
-  const observer = await fresh();
+  const observer = toSeedProtocol(await fresh());
   const deadline = Date.now() + seconds * 1000;
   for (;;) {
     const { output } = await observer.execute(`ps -u ${options.username} -o pid=,stat=,args=`);
@@ -89,7 +90,7 @@ describe("SshSandbox host key", () => {
     const error = await rejection(SshSandbox.connect({ ...options, hostKey: stranger, workspace }));
     expect(isStrataError(error, "permission_denied")).toBe(true);
     expect((error as Error).message).toMatch(/host key does not match/);
-    const checker = await fresh();
+    const checker = toSeedProtocol(await fresh());
     expect((await checker.execute(`test -e '${workspace}' && echo made || echo absent`)).output).toBe("absent\n");
   });
 
@@ -106,7 +107,7 @@ describe("SshSandbox host key", () => {
       file("plain", `# comment\nother.example ${keyType} AAAAother\n${hostName} ${keyType} ${keyBlob}\n`),
       file("hashed", `${hashed} ${keyType} ${keyBlob}\n`),
     ]) {
-      const sandbox = await fresh({ ...withoutKey, knownHosts });
+      const sandbox = toSeedProtocol(await fresh({ ...withoutKey, knownHosts }));
       expect((await sandbox.execute("echo in")).output).toBe("in\n");
     }
     const stranger = readFileSync(`${process.env.STRATA_SSH_KEY}.pub`, "utf8").trim().split(/\s+/);
@@ -122,14 +123,14 @@ describe("SshSandbox host key", () => {
   });
 
   it("connects to any server only when asked by the loudly named opt-out", async () => {
-    const sandbox = await fresh({ hostKey: undefined, insecureAcceptAnyHostKey: true });
+    const sandbox = toSeedProtocol(await fresh({ hostKey: undefined, insecureAcceptAnyHostKey: true }));
     expect((await sandbox.execute("echo in")).output).toBe("in\n");
   });
 });
 
 describe("SshSandbox uploads", () => {
   it("replaces a symlink at the target instead of writing through it, as write does", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     const outside = `${root}/outside-${randomUUID()}.txt`;
     await sandbox.execute(`echo precious > '${outside}' && ln -s '${outside}' up.txt && ln -s '${outside}' wr.txt`);
     expect(await sandbox.uploadFiles([["/up.txt", bytes("uploaded")]])).toEqual([{ path: "/up.txt", error: null }]);
@@ -139,7 +140,7 @@ describe("SshSandbox uploads", () => {
   });
 
   it("refuses a symlinked parent directory that leads out of the workspace, and follows one that stays inside", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     const outside = `${root}/outside-dir-${randomUUID()}`;
     await sandbox.execute(`mkdir -p '${outside}' real && ln -s '${outside}' out && ln -s real alias && ln -s ../.. up`);
     const responses = await sandbox.uploadFiles([
@@ -154,7 +155,7 @@ describe("SshSandbox uploads", () => {
   });
 
   it("replaces atomically: a reader holding the old file sees it whole, the mode is kept, no temporary file is left", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     const size = 4 * 1024 * 1024;
     await sandbox.uploadFiles([["/f.bin", new Uint8Array(size).fill(97)]]);
     await sandbox.execute("chmod 751 f.bin");
@@ -174,15 +175,16 @@ describe("SshSandbox when the connection drops", () => {
   const big = new Uint8Array(50 * 1024 * 1024).fill(120);
 
   it("answers a 50 MB upload cut mid-way per item, within seconds, and the next call reconnects", async () => {
-    const sandbox = await fresh();
-    const pids = serverPids(sandbox);
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    const pids = serverPids(native);
     const started = Date.now();
     const upload = sandbox.uploadFiles([["/big.bin", big]]);
     setTimeout(() => signalServer(pids, "SIGKILL"), 150);
     expect(await upload).toEqual([{ path: "/big.bin", error: "permission_denied" }]);
     expect(elapsed(started)).toBeLessThan(10);
     expect(await sandbox.execute("echo back")).toMatchObject({ output: "back\n", exitCode: 0 });
-    expect(sandbox.stats.connections).toBe(2);
+    expect(native.stats.connections).toBe(2);
     // The cut file never replaced anything: the target does not exist.
     expect((await sandbox.execute("test -e big.bin && echo there || echo absent")).output).toBe("absent\n");
     // What the cut transfer left is a temporary name, which listings leave out.
@@ -190,9 +192,10 @@ describe("SshSandbox when the connection drops", () => {
   });
 
   it("answers a 50 MB download cut mid-way per item (never a throw), and the next call reconnects", async () => {
-    const sandbox = await fresh();
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
     await sandbox.execute("head -c 52428800 /dev/zero > big.bin");
-    const pids = serverPids(sandbox);
+    const pids = serverPids(native);
     const download = sandbox.downloadFiles(["/big.bin", "/big.bin"]);
     setTimeout(() => signalServer(pids, "SIGKILL"), 100);
     const started = Date.now();
@@ -206,8 +209,9 @@ describe("SshSandbox when the connection drops", () => {
   });
 
   it("rejects a command cut mid-run with unavailable (not an exit code), and the next call reconnects", async () => {
-    const sandbox = await fresh();
-    const pids = serverPids(sandbox);
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    const pids = serverPids(native);
     const running = sandbox.execute("echo started; sleep 5");
     setTimeout(() => signalServer(pids, "SIGKILL"), 300);
     const error = await rejection(running);
@@ -217,8 +221,9 @@ describe("SshSandbox when the connection drops", () => {
   });
 
   it("gives up on a server that stops answering at the keepalive limit: unavailable, then a new connection", async () => {
-    const sandbox = await fresh({ keepaliveInterval: 1 });
-    const pids = serverPids(sandbox);
+    const native = await fresh({ keepaliveInterval: 1 });
+    const sandbox = toSeedProtocol(native);
+    const pids = serverPids(native);
     const started = Date.now();
     const running = sandbox.execute("sleep 20", { timeout: 60 });
     const upload = sandbox.uploadFiles([["/stalled.bin", big]]);
@@ -237,13 +242,14 @@ describe("SshSandbox when the connection drops", () => {
 
 describe("SshSandbox close", () => {
   it("kills the running remote command and answers its call, and one still queued, with sandbox_closed", async () => {
-    const sandbox = await fresh();
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
     const marker = `93${Math.floor(Math.random() * 1e6)}`;
     // Seven commands: six hold the channels, the seventh waits in the queue.
     const calls = Array.from({ length: 7 }, (_, i) => rejection(sandbox.execute(`sleep ${marker}${i}`)));
     await new Promise((resolve) => setTimeout(resolve, 500));
     const started = Date.now();
-    await sandbox.close();
+    await native.close();
     expect(elapsed(started)).toBeLessThan(6);
     for (const error of await Promise.all(calls)) expect(isStrataError(error, "sandbox_closed")).toBe(true);
     expect(await remoteProcesses(marker)).toEqual([]);
@@ -265,7 +271,7 @@ describe("SshSandbox keeps secrets out of argv", () => {
 
   it("sends env values over stdin: ps shows neither the value nor the sandbox's own env", async () => {
     const secret = `xyz${randomUUID().replace(/-/g, "")}`;
-    const sandbox = await fresh({ env: { SANDBOX_SECRET: `${secret}-sandbox` } });
+    const sandbox = toSeedProtocol(await fresh({ env: { SANDBOX_SECRET: `${secret}-sandbox` } }));
     const visible = `sleep 2.${Math.floor(Math.random() * 1e6)}`;
     const run = sandbox.execute(`${visible}; printf '%s|%s' "$SECRET" "$SANDBOX_SECRET"`, { env: { SECRET: secret } });
     const samples = await sampleArgs(run);
@@ -276,7 +282,7 @@ describe("SshSandbox keeps secrets out of argv", () => {
   });
 
   it("sends grep patterns over stdin: ps never shows the pattern", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     const pattern = `pw-${randomUUID()}`;
     await sandbox.uploadFiles(Array.from({ length: 200 }, (_, i) => [`/d${i % 20}/f${i}.txt`, bytes(`line\n${i % 50 === 0 ? pattern : "other"}\n`)] as const));
     const searches = (async () => {
@@ -292,7 +298,7 @@ describe("SshSandbox keeps secrets out of argv", () => {
   });
 
   it("passes env values with newlines, carriage returns, quotes and the splice variable's own name exactly", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     const value = `a\nb\r\nc '"$strata_nl"' $(id) \`id\` \\ ${"z".repeat(100_000)}\n`;
     const result = await sandbox.execute('printf "%s" "$V"; cat', { env: { V: value }, stdin: "then stdin\n" });
     expect(result.output).toBe(`${value}then stdin\n`);
@@ -301,13 +307,13 @@ describe("SshSandbox keeps secrets out of argv", () => {
 
 describe("SshSandbox timeouts", () => {
   it("refuses a timeout no timer can honour, and honours the largest one", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     await expect(sandbox.execute("true", { timeout: MAX_TIMEOUT_SECONDS + 1 })).rejects.toMatchObject({ code: "invalid_argument" });
     await expect(sandbox.execute("true", { timeout: 2_592_000 })).rejects.toMatchObject({ code: "invalid_argument" });
     await expect(fresh({ timeout: 2_592_000 })).rejects.toMatchObject({ code: "invalid_argument" });
     await expect(fresh({ connectTimeout: 2_592_000 })).rejects.toMatchObject({ code: "invalid_argument" });
     expect(await sandbox.execute("sleep 0.2; echo ran", { timeout: MAX_TIMEOUT_SECONDS })).toMatchObject({ output: "ran\n", exitCode: 0 });
-    const patient = await fresh({ timeout: MAX_TIMEOUT_SECONDS });
+    const patient = toSeedProtocol(await fresh({ timeout: MAX_TIMEOUT_SECONDS }));
     expect(await patient.execute("sleep 0.2; echo ran")).toMatchObject({ output: "ran\n", exitCode: 0 });
   });
 });

@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import ssh2 from "ssh2";
 import { afterAll, describe, expect, it } from "vitest";
 import { isStrataError } from "../core/errors.js";
+import { toSeedProtocol } from "../core/seed.js";
 import { SshSandbox, type SshSandboxOptions } from "../sandboxes/ssh.js";
 import { commandCases } from "./containment-cases.js";
 import { rejection, SshWorkspaces } from "./support/sandbox-services.js";
@@ -29,7 +30,7 @@ afterAll(async () => {
 async function remoteProcesses(sandbox: SshSandbox, marker: string, seconds = 3): Promise<string[]> {
   const deadline = Date.now() + seconds * 1000;
   for (;;) {
-    const { output } = await sandbox.execute(`ps -u ${options.username} -o pid=,stat=,args=`);
+    const { output } = await toSeedProtocol(sandbox).execute(`ps -u ${options.username} -o pid=,stat=,args=`);
     const found = output.split("\n").filter((line) => line.includes(marker) && !/^\s*\d+\s+Z/.test(line));
     if (found.length === 0 || Date.now() > deadline) return found;
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -38,13 +39,14 @@ async function remoteProcesses(sandbox: SshSandbox, marker: string, seconds = 3)
 
 describe("SshSandbox execute", () => {
   it("runs a command in the workspace and reports output, exit code and truncation", async () => {
-    const sandbox = await fresh();
-    expect(await sandbox.execute("echo hello; pwd")).toEqual({ output: `hello\n${sandbox.workspace}\n`, exitCode: 0, truncated: false });
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    expect(await sandbox.execute("echo hello; pwd")).toEqual({ output: `hello\n${native.workspace}\n`, exitCode: 0, truncated: false });
     expect((await sandbox.execute("whoami")).output).toBe(`${options.username}\n`);
   });
 
   it("reports exit codes: explicit, failing command, missing command, killed by a signal", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     expect((await sandbox.execute("exit 3")).exitCode).toBe(3);
     expect((await sandbox.execute("false")).exitCode).toBe(1);
     expect((await sandbox.execute("no-such-command-here")).exitCode).toBe(127);
@@ -52,13 +54,13 @@ describe("SshSandbox execute", () => {
   });
 
   it("combines stdout and stderr in the order they were written", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     const result = await sandbox.execute("for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; done");
     expect(result.output).toBe("out1\nerr1\nout2\nerr2\nout3\nerr3\nout4\nerr4\nout5\nerr5\n");
   });
 
   it("feeds stdin, text or bytes, and gives end-of-file after it", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     expect((await sandbox.execute("cat; echo end", { stdin: "line one\nline two\n" })).output).toBe("line one\nline two\nend\n");
     const big = new Uint8Array(3 * 1024 * 1024).fill(120);
     expect((await sandbox.execute("wc -c", { stdin: big })).output.trim()).toBe(String(big.length));
@@ -66,7 +68,7 @@ describe("SshSandbox execute", () => {
   });
 
   it("passes environment variables exactly, the call's over the sandbox's", async () => {
-    const sandbox = await fresh({ env: { A: "from-sandbox", B: "kept" } });
+    const sandbox = toSeedProtocol(await fresh({ env: { A: "from-sandbox", B: "kept" } }));
     const value = `spaces  'quotes' "double" $HOME \`tick\`\nnew line`;
     const result = await sandbox.execute('printf "%s|%s|%s" "$A" "$B" "$ODD"', { env: { A: "from-call", ODD: value } });
     expect(result.output).toBe(`from-call|kept|${value}`);
@@ -74,52 +76,56 @@ describe("SshSandbox execute", () => {
   });
 
   it("runs in a virtual cwd; a missing or hostile cwd is a typed error", async () => {
-    const sandbox = await fresh();
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
     await sandbox.execute("mkdir -p sub/deeper");
-    expect((await sandbox.execute("pwd", { cwd: "/sub/deeper" })).output).toBe(`${sandbox.workspace}/sub/deeper\n`);
+    expect((await sandbox.execute("pwd", { cwd: "/sub/deeper" })).output).toBe(`${native.workspace}/sub/deeper\n`);
     const missing = await rejection(sandbox.execute("pwd", { cwd: "/nope" }));
     expect(isStrataError(missing, "file_not_found")).toBe(true);
-    expect((missing as Error).message).not.toContain(sandbox.workspace);
+    expect((missing as Error).message).not.toContain(native.workspace);
     await expect(sandbox.execute("pwd", { cwd: "/../etc" })).rejects.toMatchObject({ code: "invalid_path" });
   });
 
   it("kills the whole remote process tree at the timeout (exit 124), even a child that left the group", async () => {
-    const sandbox = await fresh();
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
     const marker = `47${Math.floor(Math.random() * 1e6)}`;
     const started = Date.now();
     const result = await sandbox.execute(`sleep ${marker}1 & setsid sleep ${marker}2 & echo started; sleep ${marker}3`, { timeout: 1 });
     expect(Date.now() - started).toBeLessThan(4000);
     expect(result.exitCode).toBe(124);
     expect(result.output).toMatch(/^started\n\n\[Command timed out after 1 s/);
-    expect(await remoteProcesses(sandbox, marker)).toEqual([]);
+    expect(await remoteProcesses(native, marker)).toEqual([]);
   });
 
   it("does not wait for a background child that keeps the output open", async () => {
-    const sandbox = await fresh();
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
     const marker = `58${Math.floor(Math.random() * 1e6)}`;
     const started = Date.now();
     expect(await sandbox.execute(`sleep ${marker} & echo back`)).toEqual({ output: "back\n", exitCode: 0, truncated: false });
     expect(Date.now() - started).toBeLessThan(1500);
-    expect(await remoteProcesses(sandbox, marker)).toEqual([]);
+    expect(await remoteProcesses(native, marker)).toEqual([]);
   });
 
   it("caps output at the sandbox's limit, keeping the head", async () => {
-    const sandbox = await fresh({ maxOutputBytes: 1000 });
+    const sandbox = toSeedProtocol(await fresh({ maxOutputBytes: 1000 }));
     const capped = await sandbox.execute("echo first; head -c 5000 /dev/zero | tr '\\0' y; echo; echo last");
     expect(capped).toEqual({ output: `first\n${"y".repeat(994)}`, exitCode: 0, truncated: true });
   });
 
   it("rejects with the abort reason and kills the command when aborted", async () => {
-    const sandbox = await fresh();
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
     const marker = `81${Math.floor(Math.random() * 1e6)}`;
     const controller = new AbortController();
     setTimeout(() => controller.abort(new Error("stop it")), 300);
     await expect(sandbox.execute(`sleep ${marker}`, { signal: controller.signal })).rejects.toThrow("stop it");
-    expect(await remoteProcesses(sandbox, marker)).toEqual([]);
+    expect(await remoteProcesses(native, marker)).toEqual([]);
   });
 
   it("runs more commands at once than the server's session limit allows, queueing the rest", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     const results = await Promise.all(Array.from({ length: 30 }, (_, i) => sandbox.execute(`sleep 0.1; echo ${i}`)));
     expect(results.map((r) => r.output)).toEqual(Array.from({ length: 30 }, (_, i) => `${i}\n`));
   });
@@ -128,20 +134,21 @@ describe("SshSandbox execute", () => {
 describe("SshSandbox files", () => {
   it("uploads 1000 files over one SFTP session, then one command renames them all under their locks", async () => {
     // Without a quota: the default one measures the workspace with a command first.
-    const sandbox = await fresh({ quota: false });
+    const native = await fresh({ quota: false });
+    const sandbox = toSeedProtocol(native);
     const files = Array.from({ length: 1000 }, (_, i) => [`/batch/d${i % 10}/file-${i}.txt`, bytes(`content ${i}\n`)] as const);
-    const before = { ...sandbox.stats };
+    const before = { ...native.stats };
     expect(await sandbox.uploadFiles(files)).toEqual(files.map(([path]) => ({ path, error: null })));
-    expect(sandbox.stats.execs - before.execs).toBe(1);
-    expect(sandbox.stats.sftpSessions).toBe(1);
+    expect(native.stats.execs - before.execs).toBe(1);
+    expect(native.stats.sftpSessions).toBe(1);
     expect((await sandbox.execute("find batch -type f | wc -l")).output.trim()).toBe("1000");
     const back = await sandbox.downloadFiles(files.map(([path]) => path));
     expect(back.every((r, i) => r.error === null && text(r.content) === `content ${i}\n`)).toBe(true);
-    expect(sandbox.stats.sftpSessions).toBe(1);
+    expect(native.stats.sftpSessions).toBe(1);
   });
 
   it("answers a mixed batch per item, in order, and never replaces a directory", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     await sandbox.uploadFiles([
       ["/dir/inside.txt", bytes("keep me")],
       ["/plain.txt", bytes("a file")],
@@ -169,7 +176,7 @@ describe("SshSandbox files", () => {
   });
 
   it("round-trips every byte value and overwrites on upload", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     const all = Uint8Array.from({ length: 256 * 4 }, (_, i) => i % 256);
     await sandbox.uploadFiles([["/bin.dat", bytes("old content that is longer than nothing")]]);
     expect(await sandbox.uploadFiles([["/bin.dat", all]])).toEqual([{ path: "/bin.dat", error: null }]);
@@ -178,7 +185,7 @@ describe("SshSandbox files", () => {
   });
 
   it("downloads: missing, directory, under a file, unreadable, hostile path, and follows a symlink", async () => {
-    const sandbox = await fresh();
+    const sandbox = toSeedProtocol(await fresh());
     await sandbox.uploadFiles([["/real/target.txt", bytes("through the link")]]);
     await sandbox.execute("ln -s real/target.txt link.txt && echo secret > locked.txt && chmod 000 locked.txt");
     const responses = await sandbox.downloadFiles(["/missing.txt", "/real", "/real/target.txt/x", "/locked.txt", "/a/../b", "/link.txt"]);
@@ -198,25 +205,26 @@ describe("SshSandbox lifecycle", () => {
   it("creates a nested workspace that is missing, and a new connection sees the same files", async () => {
     const workspace = `${root}/${randomUUID()}/nested/deeper`;
     const first = await SshSandbox.connect({ ...options, workspace });
-    await first.uploadFiles([["/kept.txt", bytes("still here")]]);
+    await toSeedProtocol(first).uploadFiles([["/kept.txt", bytes("still here")]]);
     await first.close();
     const again = await SshSandbox.connect({ ...options, workspace });
     workspaces.track(again);
     expect(again.id).toBe(first.id);
-    expect(text((await again.downloadFiles(["/kept.txt"]))[0]!.content)).toBe("still here");
+    expect(text((await toSeedProtocol(again).downloadFiles(["/kept.txt"]))[0]!.content)).toBe("still here");
   });
 
   it("fails every operation with sandbox_closed after close, and close is idempotent", async () => {
-    const sandbox = await fresh();
-    await sandbox.close();
-    await sandbox.close();
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    await native.close();
+    await native.close();
     await expect(sandbox.execute("echo hi")).rejects.toMatchObject({ code: "sandbox_closed" });
     // The seeds' per-item answers have four codes and never throw; a closed sandbox's file channel is permission_denied.
     expect(await sandbox.uploadFiles([["/a", bytes("x")]])).toEqual([{ path: "/a", error: "permission_denied" }]);
     expect(await sandbox.downloadFiles(["/a"])).toEqual([{ path: "/a", content: null, error: "permission_denied" }]);
     const closed = await rejection(sandbox.lsInfo("/"));
     expect(isStrataError(closed, "sandbox_closed")).toBe(true);
-    expect((closed as Error).message).not.toContain(sandbox.workspace);
+    expect((closed as Error).message).not.toContain(native.workspace);
   });
 
   it("refuses a server whose host key is not the expected one", async () => {
