@@ -1,5 +1,5 @@
 import type { Backend } from "./protocol.js";
-import { StrataError, errors, isStrataError, printable, toErrorInfo, type ErrorCode } from "./errors.js";
+import { StrataError, asStrataError, errors, isStrataError, printable, toErrorInfo, type ErrorCode, type ErrorInfo } from "./errors.js";
 import { DEFAULT_READ_LIMIT, forEachLine } from "./format.js";
 import { fileDataBytes, fileDataSize, fileDataText } from "./filedata.js";
 import { maxCountOf, readWindow } from "./limits.js";
@@ -84,6 +84,9 @@ export function checkOffset(offset: number, totalLines: number, path: string): v
 }
 
 type Options = Record<string, unknown> & { signal?: AbortSignal };
+
+/** What `answer` is given for an operation without a path of its own (never a value a caller can pass). */
+const NO_PATH = Symbol("no path");
 
 /**
  * Every backend's native API, written once. A backend implements the `do…`
@@ -225,119 +228,260 @@ export abstract class BaseBackend implements Backend {
     }
   }
 
+  // ---- the caller's path space ----
+
+  /**
+   * Where the caller's paths start: "/" for most backends; a sandbox's
+   * workspace (e.g. "/workspace"), so that the path a file operation takes is
+   * the path a command sees. Drivers always see paths relative to it (their
+   * "/" is the root); the native API translates both ways, once, here.
+   */
+  protected get pathRoot(): string {
+    return "/";
+  }
+
+  /** A caller's path as the driver names it. Relative paths start at the root; absolute ones must lie within it. */
+  protected toDriverPath(path: string): string {
+    const root = this.pathRoot;
+    if (root === "/" || !path.startsWith("/")) return path;
+    const normal = normalizePath(path);
+    if (!isWithin(root, normal)) throw errors.invalidPath(path, `it lies outside the workspace '${root}'`);
+    return normal === root ? "/" : normal.slice(root.length);
+  }
+
+  /** A driver's path as the caller names it (a directory keeps its trailing `/`). */
+  protected toCallerPath(path: string): string {
+    const root = this.pathRoot;
+    if (root === "/" || !path.startsWith("/")) return path;
+    return path === "/" ? root : root + path;
+  }
+
+  private callerError(info: ErrorInfo): ErrorInfo {
+    if (this.pathRoot === "/" || info.path === undefined || !info.path.startsWith("/")) return info;
+    const path = this.toCallerPath(info.path);
+    return { ...info, message: info.message.split(`'${printable(info.path)}'`).join(`'${printable(path)}'`), path };
+  }
+
+  private callerInfo = (info: FileInfo): FileInfo => ({ ...info, path: this.toCallerPath(info.path) });
+
+  private callerUpdate(update: FilesUpdate): FilesUpdate {
+    if (!update || this.pathRoot === "/") return update;
+    return Object.fromEntries(Object.entries(update).map(([path, data]) => [this.toCallerPath(path), data]));
+  }
+
+  private callerChange = <T extends Changed>(change: T): T => ({ ...change, path: this.toCallerPath(change.path), filesUpdate: this.callerUpdate(change.filesUpdate) });
+
+  private callerItem = <T extends UploadItem>(item: T): T => (item.error ? { ...item, error: this.callerError(item.error) } : item);
+
   // ---- the native API ----
 
   ls(path: unknown = "/", options?: unknown): Promise<Result<Listing>> {
-    return this.answer(path, options, true, async (p) => ({ entries: await this.doLs(p) }));
+    return this.answer(path, options, true, async (p) => ({ entries: await this.doLs(p) }), (v) => ({ entries: v.entries.map(this.callerInfo) }));
   }
 
   read(path: unknown, options?: unknown): Promise<Result<ReadContent>> {
-    return this.answer(path, options, true, async (p, o) => {
-      const { offset, limit } = readWindow(o.offset ?? 0, o.limit ?? DEFAULT_READ_LIMIT);
-      const shown = normalizePath(p);
-      try {
-        const { lines, totalLines } = await this.doRead(p, offset, limit);
-        const content = lines.join("\n");
-        return { path: shown, encoding: "utf-8", content, mimeType: mimeTypeOf(shown, true), totalLines, offset, lineCount: lines.length };
-      } catch (error) {
-        if (!isStrataError(error, "binary_file")) throw error;
-        const bytes = fileDataBytes(await this.doReadRaw(p));
-        return { path: shown, encoding: "binary", content: bytes, mimeType: mimeTypeOf(shown, false), size: bytes.length };
-      }
-    });
+    return this.answer(
+      path,
+      options,
+      true,
+      async (p, o): Promise<ReadContent> => {
+        const { offset, limit } = readWindow(o.offset ?? 0, o.limit ?? DEFAULT_READ_LIMIT);
+        const shown = normalizePath(p);
+        try {
+          const { lines, totalLines } = await this.doRead(p, offset, limit);
+          const content = lines.join("\n");
+          return { path: shown, encoding: "utf-8", content, mimeType: mimeTypeOf(shown, true), totalLines, offset, lineCount: lines.length };
+        } catch (error) {
+          if (!isStrataError(error, "binary_file")) throw error;
+          const bytes = fileDataBytes(await this.doReadRaw(p));
+          return { path: shown, encoding: "binary", content: bytes, mimeType: mimeTypeOf(shown, false), size: bytes.length };
+        }
+      },
+      (v) => ({ ...v, path: this.toCallerPath(v.path) }),
+    );
   }
 
   readRaw(path: unknown, options?: unknown): Promise<Result<{ path: string; data: FileData }>> {
-    return this.answer(path, options, true, async (p) => ({ path: normalizePath(p), data: await this.doReadRaw(p) }));
+    return this.answer(
+      path,
+      options,
+      true,
+      async (p) => ({ path: normalizePath(p), data: await this.doReadRaw(p) }),
+      (v) => ({ ...v, path: this.toCallerPath(v.path) }),
+    );
   }
 
   write(path: unknown, content: unknown, options?: unknown): Promise<Result<Changed>> {
-    return this.answer(path, options, false, async (p, o) => {
-      if (typeof content !== "string") throw errors.invalidArgument(`content must be a string, got ${typeName(content)}`);
-      return changed(await this.doWrite(p, content, flag(o, "overwrite")), p);
-    });
+    return this.answer(
+      path,
+      options,
+      false,
+      async (p, o) => {
+        if (typeof content !== "string") throw errors.invalidArgument(`content must be a string, got ${typeName(content)}`);
+        return changed(await this.doWrite(p, content, flag(o, "overwrite")), p);
+      },
+      this.callerChange,
+    );
   }
 
   edit(path: unknown, oldString: unknown, newString: unknown, options?: unknown): Promise<Result<Edited>> {
-    return this.answer(path, options, false, async (p, o) => {
-      if (typeof oldString !== "string") throw errors.invalidArgument(`oldString must be a string, got ${typeName(oldString)}`);
-      if (typeof newString !== "string") throw errors.invalidArgument(`newString must be a string, got ${typeName(newString)}`);
-      const result = await this.doEdit(p, oldString, newString, flag(o, "replaceAll"));
-      return { ...changed(result, p), occurrences: result.occurrences ?? 0 };
-    });
+    return this.answer(
+      path,
+      options,
+      false,
+      async (p, o) => {
+        if (typeof oldString !== "string") throw errors.invalidArgument(`oldString must be a string, got ${typeName(oldString)}`);
+        if (typeof newString !== "string") throw errors.invalidArgument(`newString must be a string, got ${typeName(newString)}`);
+        const result = await this.doEdit(p, oldString, newString, flag(o, "replaceAll"));
+        return { ...changed(result, p), occurrences: result.occurrences ?? 0 };
+      },
+      this.callerChange,
+    );
   }
 
   delete(path: unknown, options?: unknown): Promise<Result<Changed>> {
-    return this.answer(path, options, false, async (p) => changed(await this.doDelete(p), p));
+    return this.answer(path, options, false, async (p) => changed(await this.doDelete(p), p), this.callerChange);
   }
 
   grep(pattern: unknown, options?: unknown): Promise<Result<GrepResult>> {
-    return this.answer("/", options, true, async (_, o) => {
-      if (typeof pattern !== "string") throw errors.invalidArgument(`pattern must be a string, got ${typeName(pattern)}`);
-      return this.doGrep(pattern, searchPath(o.path), optionalString(o, "glob"), maxCountOf(o.maxCount));
-    });
+    return this.answer(
+      NO_PATH,
+      options,
+      true,
+      async (_, o) => {
+        if (typeof pattern !== "string") throw errors.invalidArgument(`pattern must be a string, got ${typeName(pattern)}`);
+        return this.doGrep(pattern, this.driverSearchPath(o.path), optionalString(o, "glob"), maxCountOf(o.maxCount));
+      },
+      (v) => ({ ...v, matches: v.matches.map((m) => ({ ...m, path: this.toCallerPath(m.path) })) }),
+    );
   }
 
   glob(pattern: unknown, options?: unknown): Promise<Result<Listing>> {
-    return this.answer("/", options, true, async (_, o) => {
-      if (typeof pattern !== "string") throw errors.invalidArgument(`pattern must be a string, got ${typeName(pattern)}`);
-      return { entries: await this.doGlob(pattern, searchPath(o.path)) };
-    });
+    return this.answer(
+      NO_PATH,
+      options,
+      true,
+      async (_, o) => {
+        if (typeof pattern !== "string") throw errors.invalidArgument(`pattern must be a string, got ${typeName(pattern)}`);
+        return { entries: await this.doGlob(this.driverPattern(pattern), this.driverSearchPath(o.path)) };
+      },
+      (v) => ({ entries: v.entries.map(this.callerInfo) }),
+    );
   }
 
   stat(path: unknown, options?: unknown): Promise<Result<FileInfo>> {
-    return this.answer(path, options, true, (p) => this.doStat(p));
+    return this.answer(path, options, true, (p) => this.doStat(p), this.callerInfo);
   }
 
   mkdir(path: unknown, options?: unknown): Promise<Result<Changed>> {
-    return this.answer(path, options, false, async (p, o) => ({ path: normalizePath(p), filesUpdate: await this.doMkdir(p, flag(o, "recursive")) }));
+    return this.answer(
+      path,
+      options,
+      false,
+      async (p, o) => ({ path: normalizePath(p), filesUpdate: await this.doMkdir(p, flag(o, "recursive")) }),
+      this.callerChange,
+    );
   }
 
   move(from: unknown, to: unknown, options?: unknown): Promise<Result<Moved>> {
-    return this.answer(from, options, false, async (p, o) => {
-      const target = checkPath(to);
-      return { from: normalizePath(p), to: normalizePath(target), filesUpdate: await this.doMove(p, target, flag(o, "overwrite")) };
-    });
+    return this.answer(
+      from,
+      options,
+      false,
+      async (p, o) => {
+        const target = this.toDriverPath(checkPath(to));
+        return { from: normalizePath(p), to: normalizePath(target), filesUpdate: await this.doMove(p, target, flag(o, "overwrite")) };
+      },
+      (v) => this.callerMove(v),
+    );
   }
 
   copy(from: unknown, to: unknown, options?: unknown): Promise<Result<Moved>> {
-    return this.answer(from, options, false, async (p, o) => {
-      const target = checkPath(to);
-      return { from: normalizePath(p), to: normalizePath(target), filesUpdate: await this.doCopy(p, target, flag(o, "overwrite")) };
-    });
+    return this.answer(
+      from,
+      options,
+      false,
+      async (p, o) => {
+        const target = this.toDriverPath(checkPath(to));
+        return { from: normalizePath(p), to: normalizePath(target), filesUpdate: await this.doCopy(p, target, flag(o, "overwrite")) };
+      },
+      (v) => this.callerMove(v),
+    );
   }
 
+  private callerMove(moved: Moved): Moved {
+    return { from: this.toCallerPath(moved.from), to: this.toCallerPath(moved.to), filesUpdate: this.callerUpdate(moved.filesUpdate) };
+  }
+
+  /** Answers echo each path exactly as the caller gave it (seed 000). */
   uploadFiles(files: unknown, options?: unknown): Promise<Result<{ files: UploadItem[] }>> {
-    return this.answer("/", options, false, async () => {
-      checkBatch(files, "uploadFiles");
-      const items = files as unknown[];
-      const answers: (UploadItem | undefined)[] = items.map((item) => {
-        if (!Array.isArray(item) || typeof item[0] !== "string") return itemFailure(item, errors.invalidPath(pathOfItem(item), "an upload is a [path, bytes] pair with a string path"));
-        if (!(item[1] instanceof Uint8Array)) return itemFailure(item[0], errors.invalidArgument(`The content of '${printable(item[0])}' must be bytes (a Uint8Array)`));
-        return undefined;
-      });
-      const pending = items.flatMap((item, index) => (answers[index] ? [] : [{ index, item: item as readonly [string, Uint8Array] }]));
-      const done = pending.length > 0 ? await this.doUpload(pending.map(({ item }) => item)) : [];
-      pending.forEach(({ index, item }, i) => (answers[index] = uploadItem(item[0], done[i] ? done[i].error : "io_error")));
-      return { files: answers as UploadItem[] };
-    });
+    return this.answer(
+      NO_PATH,
+      options,
+      false,
+      async () => {
+        checkBatch(files, "uploadFiles");
+        const items = files as unknown[];
+        const pending: { index: number; item: readonly [string, Uint8Array] }[] = [];
+        const answers: (UploadItem | undefined)[] = items.map((item, index) => {
+          if (!Array.isArray(item) || typeof item[0] !== "string") return itemFailure(item, errors.invalidPath(pathOfItem(item), "an upload is a [path, bytes] pair with a string path"));
+          if (!(item[1] instanceof Uint8Array)) return itemFailure(item[0], errors.invalidArgument(`The content of '${printable(item[0])}' must be bytes (a Uint8Array)`));
+          try {
+            pending.push({ index, item: [this.toDriverPath(item[0]), item[1]] });
+          } catch (error) {
+            return itemFailure(item[0], asStrataError(error, "/"));
+          }
+          return undefined;
+        });
+        const done = pending.length > 0 ? await this.doUpload(pending.map(({ item }) => item)) : [];
+        pending.forEach(({ index, item }, i) => (answers[index] = uploadItem((items[index] as [string])[0], item[0], done[i] ? done[i].error : "io_error")));
+        return { files: answers as UploadItem[] };
+      },
+      (v) => ({ files: v.files.map(this.callerItem) }),
+    );
   }
 
+  /** Answers echo each path exactly as the caller gave it (seed 000). */
   downloadFiles(paths: unknown, options?: unknown): Promise<Result<{ files: DownloadItem[] }>> {
-    return this.answer("/", options, true, async () => {
-      checkBatch(paths, "downloadFiles");
-      const items = paths as unknown[];
-      const answers: (DownloadItem | undefined)[] = items.map((path) =>
-        typeof path === "string" ? undefined : { ...itemFailure(path, errors.invalidPath(pathOfItem(path), "a path must be a string")), content: null },
-      );
-      const pending = items.flatMap((path, index) => (answers[index] ? [] : [{ index, path: path as string }]));
-      const done = pending.length > 0 ? await this.doDownload(pending.map(({ path }) => path)) : [];
-      pending.forEach(({ index, path }, i) => {
-        const answer = done[i];
-        answers[index] = { ...uploadItem(path, answer ? answer.error : "io_error"), content: answer?.error === null ? answer.content : null };
-      });
-      return { files: answers as DownloadItem[] };
-    });
+    return this.answer(
+      NO_PATH,
+      options,
+      true,
+      async () => {
+        checkBatch(paths, "downloadFiles");
+        const items = paths as unknown[];
+        const pending: { index: number; path: string }[] = [];
+        const answers: (DownloadItem | undefined)[] = items.map((path, index) => {
+          if (typeof path !== "string") return { ...itemFailure(path, errors.invalidPath(pathOfItem(path), "a path must be a string")), content: null };
+          try {
+            pending.push({ index, path: this.toDriverPath(path) });
+          } catch (error) {
+            return { ...itemFailure(path, asStrataError(error, "/")), content: null };
+          }
+          return undefined;
+        });
+        const done = pending.length > 0 ? await this.doDownload(pending.map(({ path }) => path)) : [];
+        pending.forEach(({ index, path }, i) => {
+          const answer = done[i];
+          answers[index] = { ...uploadItem(items[index] as string, path, answer ? answer.error : "io_error"), content: answer?.error === null ? answer.content : null };
+        });
+        return { files: answers as DownloadItem[] };
+      },
+      (v) => ({ files: v.files.map(this.callerItem) }),
+    );
+  }
+
+  private driverSearchPath(path: unknown): string | null {
+    if (path === undefined || path === null) return null;
+    return this.toDriverPath(checkPath(path));
+  }
+
+  /** An absolute glob names caller paths; the driver matches its own. */
+  private driverPattern(pattern: string): string {
+    const root = this.pathRoot;
+    if (root === "/" || !pattern.startsWith("/")) return pattern;
+    if (pattern.startsWith(`${root}/`)) return pattern.slice(root.length);
+    throw errors.invalidArgument(`The glob '${printable(pattern)}' lies outside the workspace '${root}'`);
   }
 
   /**
@@ -345,18 +489,26 @@ export abstract class BaseBackend implements Backend {
    * operation, and answers every throw as `{ error }`. A read-only operation
    * stops waiting when the signal aborts; a change is refused only before it
    * starts, so an `aborted` answer never hides a change that landed.
+   * `path` NO_PATH: the operation takes no path of its own.
    */
-  protected async answer<T extends object>(path: unknown, options: unknown, readOnly: boolean, run: (path: string, options: Options) => Promise<T>): Promise<Result<T>> {
+  protected async answer<T extends object>(
+    path: unknown,
+    options: unknown,
+    readOnly: boolean,
+    run: (path: string, options: Options) => Promise<T>,
+    toCaller: (value: T) => T,
+  ): Promise<Result<T>> {
     const shown = typeof path === "string" ? path : undefined;
     try {
       const checked = checkOptions(options);
-      const target = checkPath(path);
+      const target = path === NO_PATH ? "/" : this.toDriverPath(checkPath(path));
       const signal = checked.signal;
       if (signal?.aborted) throw errors.aborted();
-      if (!signal || !readOnly) return (await run(target, checked)) as Result<T>;
-      return (await abortable(run(target, checked), signal)) as Result<T>;
+      const value = !signal || !readOnly ? await run(target, checked) : await abortable(run(target, checked), signal);
+      return (this.pathRoot === "/" ? value : toCaller(value)) as Result<T>;
     } catch (error) {
-      return { error: toErrorInfo(error, shown === undefined ? undefined : safeNormalize(shown)) };
+      const info = toErrorInfo(error, shown === undefined ? undefined : safeNormalize(shown));
+      return { error: this.callerError(info) };
     }
   }
 }
@@ -374,9 +526,10 @@ function changed(result: WriteResult | DeleteResult, path: string): Changed {
   return { path: result.path ?? normalizePath(path), filesUpdate: result.filesUpdate ?? null };
 }
 
-function uploadItem(path: string, code: ErrorCode | null): UploadItem {
+/** An item's answer: the caller's path echoed, the error worded with the driver's path (translated later like every error). */
+function uploadItem(path: string, driverPath: string, code: ErrorCode | null): UploadItem {
   if (code === null) return { path, error: null, seedError: null };
-  const error = toErrorInfo(describeItemError(code, path), path);
+  const error = toErrorInfo(describeItemError(code, safeNormalize(driverPath) ?? driverPath), safeNormalize(driverPath));
   return { path, error, seedError: toFileOperationError(code) };
 }
 
@@ -415,11 +568,6 @@ function checkOptions(options: unknown): Options {
 function checkPath(path: unknown): string {
   if (typeof path !== "string") throw errors.invalidPath(path as string, `a path must be a string, got ${typeName(path)}`);
   return path;
-}
-
-function searchPath(path: unknown): string | null {
-  if (path === undefined || path === null) return null;
-  return checkPath(path);
 }
 
 function flag(options: Options, name: string): boolean {

@@ -128,6 +128,13 @@ function checkExecute(command: unknown, options: unknown): ExecuteOptions {
 }
 
 
+/** A command stopped by its caller's signal answers `aborted`, with the reason the caller gave. */
+function abortedBy(signal: AbortSignal | undefined, error: unknown): unknown {
+  if (!signal?.aborted || error !== signal.reason || error instanceof StrataError) return error;
+  const reason = error instanceof Error ? error.message : typeof error === "string" ? error : "";
+  return new StrataError("aborted", `The command was aborted by its signal${reason ? `: ${printable(reason)}` : ""}`, { cause: error });
+}
+
 /** Quotes any string for POSIX sh: spaces, quotes, newlines and `$` survive as they are. */
 export function shellQuote(value: string): string {
   return `'${value.replace(/'/g, `'\\''`)}'`;
@@ -298,7 +305,7 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     try {
       return await this.doExecute(command, options);
     } catch (error) {
-      return { error: toErrorInfo(this.closedIfClosing(error)) };
+      return { error: toErrorInfo(this.closedIfClosing(abortedBy(options?.signal, error))) };
     }
   }
 
@@ -945,7 +952,7 @@ find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -
     return capMatches(sortMatches(matches), maxCount);
   }
 
-  protected async doGlob(pattern: string, path: string): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
     this.assertOpen();
     const matcher = compileGlob(pattern, searchRoot(path));
     const { payload } = await this.runScript(
