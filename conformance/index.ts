@@ -14,6 +14,7 @@ import { EMPTY_FILE_REMINDER } from "../core/format.js";
 import type { Backend } from "../core/protocol.js";
 import { isSandboxBackend, toSeedProtocol, type BackendProtocol, type SandboxBackendProtocol } from "../core/seed.js";
 import { describeNative } from "./native.js";
+import { rooted } from "./rooted.js";
 import type { ErrorCode } from "../core/errors.js";
 import { isWithin } from "../core/paths.js";
 import type { FileInfo } from "../core/types.js";
@@ -21,6 +22,7 @@ import { describeReliability } from "./reliability.js";
 
 export { describeReliability, type ReliabilityOptions } from "./reliability.js";
 export { describeNative, type NativeOptions } from "./native.js";
+export { rooted } from "./rooted.js";
 export { runStoreConformance, type StoreTarget } from "./stores.js";
 
 export interface ConformanceCapabilities {
@@ -49,6 +51,12 @@ export interface ConformanceCapabilities {
 export interface ConformanceTarget<B extends Backend = Backend> {
   name: string;
   create: () => Promise<B> | B;
+  /**
+   * Where the backend's path space starts: a sandbox's workspace (files and
+   * commands share its absolute paths). The suite's paths run under it
+   * (`/a.txt` is `${root}/a.txt`), through `rooted`. Default "/".
+   */
+  root?: (backend: B) => string;
   destroy?: (backend: B) => Promise<void> | void;
   /** Makes the backend unusable (a sandbox's or a store's close): the "after close" section runs when given. */
   close?: (backend: B) => Promise<void> | void;
@@ -97,17 +105,24 @@ export const VALID_ODD_NAMES: readonly string[] = [
 
 export function runConformance<B extends Backend>(target: ConformanceTarget<B>): void {
   const caps = target.capabilities ?? {};
+  /** The backend behind each view the reliability section creates, for its close and destroy. */
+  const closers = new WeakMap<B, B>();
 
   describe(`conformance: ${target.name}`, () => {
     /** The backend under test, and the seed protocol over it: most sections pin the seeds' shapes, exactly as docs/contract.md states them. */
+    let created: B;
     let native: B;
     let backend: BackendProtocol;
+    const create = async (): Promise<{ created: B; view: B }> => {
+      const made = await target.create();
+      return { created: made, view: rooted(made, target.root?.(made) ?? "/") };
+    };
     beforeEach(async () => {
-      native = await target.create();
+      ({ created, view: native } = await create());
       backend = toSeedProtocol(native);
     });
     afterEach(async () => {
-      await target.destroy?.(native);
+      await target.destroy?.(created);
     });
 
     const write = async (path: string, content: string) => {
@@ -603,8 +618,8 @@ export function runConformance<B extends Backend>(target: ConformanceTarget<B>):
         it("ls, glob, grep and read match the reference", async () => {
           await fc.assert(
             fc.asyncProperty(tree, globs, dirs, async (files, glob, dir) => {
-              const created = await target.create();
-              const subject = toSeedProtocol(created);
+              const made = await create();
+              const subject = toSeedProtocol(made.view);
               try {
                 const reference = toSeedProtocol(new StateBackend());
                 // Upload one by one: a path that is a prefix of another fails the same way on both.
@@ -620,7 +635,7 @@ export function runConformance<B extends Backend>(target: ConformanceTarget<B>):
                 expect(await subject.grepRaw("needle", dir, glob)).toEqual(await reference.grepRaw("needle", dir, glob));
                 for (const [path] of placeable) expect(await subject.read(path, 0, 3)).toEqual(await reference.read(path, 0, 3));
               } finally {
-                await target.destroy?.(created);
+                await target.destroy?.(made.created);
               }
             }),
             { numRuns: caps.propertyRuns ?? 25 },
@@ -631,6 +646,8 @@ export function runConformance<B extends Backend>(target: ConformanceTarget<B>):
 
     describeNative({
       backend: () => native,
+      unrooted: () => created,
+      root: () => target.root?.(created) ?? "/",
       realDirectories: caps.realDirectories ?? caps.execute === true,
       execute: caps.execute === true,
       separateStderr: caps.mergedStderr !== true,
@@ -638,9 +655,13 @@ export function runConformance<B extends Backend>(target: ConformanceTarget<B>):
 
     describeReliability({
       backend: () => native,
-      create: target.create,
-      destroy: target.destroy,
-      close: target.close,
+      create: async () => {
+        const made = await create();
+        closers.set(made.view, made.created);
+        return made.view;
+      },
+      destroy: async (view) => target.destroy?.(closers.get(view) ?? view),
+      close: target.close ? async (view) => target.close!(closers.get(view) ?? view) : undefined,
       closedCode: caps.closedCode ?? "sandbox_closed",
       fuzzRuns: caps.fuzzRuns ?? Math.min(caps.propertyRuns ?? 25, 25),
       realDirectories: caps.realDirectories ?? caps.execute === true,

@@ -10,7 +10,11 @@ import { isSandbox, type Backend } from "../core/protocol.js";
 import type { Result } from "../core/types.js";
 
 export interface NativeOptions {
+  /** The backend as the suite sees it: `/` is the start of its path space (see `rooted`). */
   backend: () => Backend;
+  /** The backend itself, and where its path space starts, for the one-path-space test. */
+  unrooted: () => Backend;
+  root: () => string;
   /** Directories are real: an empty one made by mkdir is listed and outlives its last file. */
   realDirectories: boolean;
   /** The backend is a sandbox: execute and spawn are tested. */
@@ -220,6 +224,26 @@ export function describeNative(options: NativeOptions): void {
         expect(files).toEqual([(landed[0] as { to: string }).to]);
         expect(await content(files[0]!)).toBe("only once");
       });
+    });
+
+    if (options.execute) it("gives files and commands one path space: the workspace's absolute paths", async () => {
+      const sandbox = options.unrooted();
+      if (!isSandbox(sandbox)) throw new Error("not a sandbox");
+      const root = options.root();
+      // LocalSandbox (root "/") runs commands on the host: its files' "/" is the workspace, the
+      // commands' working directory, so relative paths agree and absolute ones are host paths (docs/sandboxes.md).
+      const base = root === "/" ? "" : root;
+      ok(await sandbox.write(`${base}/space/app.sh`, "echo ran\n"), "write");
+      expect(ok(await sandbox.execute("sh space/app.sh"), "run by a relative path").output).toBe("ran\n");
+      ok(await sandbox.execute("echo made > space/by-shell.txt"), "command writes");
+      expect(ok(await sandbox.read("space/by-shell.txt"), "relative read").content).toBe("made");
+      expect(ok(await sandbox.ls(`${base}/space`), "ls").entries.map((e) => e.path)).toEqual([`${base}/space/app.sh`, `${base}/space/by-shell.txt`]);
+      expect(ok(await sandbox.execute("cat by-shell.txt", { cwd: `${base}/space` }), "cwd").output).toBe("made\n");
+      if (root === "/") return;
+      expect(ok(await sandbox.execute(`sh ${root}/space/app.sh && pwd`), "run by the same absolute path").output).toBe(`ran\n${root}\n`);
+      fails(await sandbox.write("/etc/strata-outside.txt", "x"), "invalid_path");
+      fails(await sandbox.read("/etc/passwd"), "invalid_path");
+      fails(await sandbox.execute("pwd", { cwd: "/etc" }), "invalid_path");
     });
 
     if (options.execute) it("runs commands in the files' path space and spawns with live streams", async () => {
