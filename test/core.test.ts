@@ -4,20 +4,19 @@ import { describe, expect, it } from "vitest";
 import {
   applyEdit,
   compileGlob,
-  decodeBase64,
-  encodeBase64,
   fileDataFromBytes,
   fileDataSize,
   fileDataText,
   formatRead,
   grepText,
-  literalPrefix,
   normalizePath,
   renderLines,
   splitLines,
   toFileDataV2,
   type GrepMatch,
 } from "../core/index.js";
+import { decodeBase64, encodeBase64 } from "../core/filedata.js";
+import { literalPrefix } from "../core/glob.js";
 
 describe("normalizePath", () => {
   it("is idempotent and always absolute", () => {

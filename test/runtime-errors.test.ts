@@ -29,10 +29,10 @@ import {
   StreamEvent,
   StreamFailed,
   UnsupportedBackendTool,
-  validateSandboxId,
   type Payload,
   type SandboxHandle,
 } from "../runtime/index.js";
+import { validateSandboxId } from "../runtime/persistence.js";
 import type { LocalSandbox } from "../sandboxes/local.js";
 import { CountingProvider } from "./support/runtime-providers.js";
 
