@@ -7,14 +7,14 @@
  */
 import { spawn } from "node:child_process";
 import { closeSync, fstatSync, openSync, read, readSync } from "node:fs";
-import fs, { type FileHandle } from "node:fs/promises";
-import nodePath from "node:path";
+import type { FileHandle } from "node:fs/promises";
 import { errors } from "../core/errors.js";
 import { decodeText } from "../core/filedata.js";
 import { checkOffset, type TextWindow } from "../core/base.js";
 import { forEachLine } from "../core/format.js";
 import { grepText } from "../core/grep.js";
 import type { GrepMatch } from "../core/types.js";
+import { findOnPath, isExecutable } from "./executable.js";
 import { at, READ_FLAGS } from "./safe-fs.js";
 
 /** Files up to this size are read whole (exact formatRead semantics); larger ones stream. */
@@ -167,14 +167,7 @@ let ripgrepLookup: Promise<string | undefined> | undefined;
 
 /** The `rg` executable on PATH, looked up once per process. */
 export function ripgrepPath(): Promise<string | undefined> {
-  ripgrepLookup ??= (async () => {
-    for (const dir of (process.env.PATH ?? "").split(":")) {
-      if (!dir) continue;
-      const candidate = nodePath.join(dir, "rg");
-      if (await fs.access(candidate, fs.constants.X_OK).then(() => true, () => false)) return candidate;
-    }
-    return undefined;
-  })();
+  ripgrepLookup ??= Promise.resolve(findOnPath("rg", { accept: isExecutable }));
   return ripgrepLookup;
 }
 

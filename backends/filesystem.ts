@@ -2,6 +2,7 @@ import type { Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
 import { BaseBackend, failure, textWindow, type TextWindow, type UploadAnswer, type DownloadAnswer } from "../core/base.js";
+import { mapLimit } from "../core/concurrency.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, StrataError } from "../core/errors.js";
 import { decodeText, encodeText, fileDataFromBytes } from "../core/filedata.js";
@@ -650,20 +651,6 @@ async function openFileIn<T>(dir: FileHandle, name: string, shown: string, body:
   } finally {
     await handle.close();
   }
-}
-
-/** `fn` over `items` with at most `limit` running, results in input order; items start in input order. */
-async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array<R>(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const i = next++;
-      results[i] = await fn(items[i]!);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  return results;
 }
 
 function isCode(error: unknown, ...codes: string[]): boolean {

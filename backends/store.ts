@@ -16,6 +16,7 @@ import type {
   GrepResult,
   WriteResult,
 } from "../core/types.js";
+import { DEFAULT_PAGE, treePrefix } from "../stores/records.js";
 import { validateNamespace, type Namespace, type Store, type StoredItem, type StoredKey } from "../stores/store.js";
 
 /** A fixed namespace, or one computed per call from the runtime (per user, assistant or thread). */
@@ -34,7 +35,6 @@ export interface StoreBackendOptions {
 }
 
 const DEFAULT_NAMESPACE: Namespace = ["filesystem"];
-const PAGE = 1000;
 
 /**
  * Files in a Store (memory, SQLite, PostgreSQL, Redis, a LangGraph store),
@@ -266,7 +266,7 @@ export class StoreBackend extends BaseBackend {
   private async *keys(ns: Namespace, prefix: string): AsyncIterable<StoredKey> {
     let after: string | undefined;
     do {
-      const page = await this.store.list(ns, { prefix, after, limit: PAGE });
+      const page = await this.store.list(ns, { prefix, after, limit: DEFAULT_PAGE });
       yield* page.items;
       after = page.next;
     } while (after !== undefined);
@@ -300,11 +300,6 @@ class Batch {
     for (const ancestor of ancestorsOf(path)) this.dirs.add(ancestor);
   }
 }
-
-function treePrefix(dir: string): string {
-  return dir === "/" ? "/" : `${dir}/`;
-}
-
 
 function keyInfo(key: StoredKey): FileInfo {
   return { path: key.key, is_dir: false, size: key.size, modified_at: key.modified_at };

@@ -30,7 +30,7 @@ import { unwrap } from "../core/base.js";
 import type { Sandbox } from "../core/protocol.js";
 import { toSeedProtocol, type SandboxBackendProtocol } from "../core/seed.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
-import { shellQuote } from "../sandboxes/base.js";
+import { shellQuote } from "../sandboxes/shell.js";
 import { BubblewrapSandbox, type BubblewrapSandboxOptions } from "../sandboxes/bubblewrap.js";
 import { DockerSandbox } from "../sandboxes/docker.js";
 import { LocalSandbox } from "../sandboxes/local.js";

@@ -6,7 +6,8 @@ import { timeoutSeconds } from "../core/limits.js";
 import { normalizePath, parentOf } from "../core/paths.js";
 import type { Sandbox } from "../core/protocol.js";
 import type { ExecuteOptions, FileInfo, Result } from "../core/types.js";
-import { shellQuote, TIMEOUT_EXIT_CODE } from "../sandboxes/base.js";
+import { TIMEOUT_EXIT_CODE } from "../sandboxes/output.js";
+import { shellQuote } from "../sandboxes/shell.js";
 import { InvalidPayload } from "./errors.js";
 
 /**

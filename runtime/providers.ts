@@ -2,11 +2,12 @@ import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { homedir } from "node:os";
-import { delimiter, join } from "node:path";
+import { join } from "node:path";
+import { findOnPath } from "../backends/executable.js";
 import { unwrap } from "../core/base.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { DockerSandbox } from "../sandboxes/docker.js";
-import { shellQuote } from "../sandboxes/base.js";
+import { shellQuote } from "../sandboxes/shell.js";
 import { LocalSandbox } from "../sandboxes/local.js";
 import { SshSandbox } from "../sandboxes/ssh.js";
 import { BackendUnavailable, InvalidSpec, ProviderError } from "./errors.js";
@@ -58,7 +59,8 @@ export class LocalProvider extends SandboxProviderBase {
 /** Each command in fresh Linux namespaces (bwrap), the workspace the only writable place. */
 export class BubblewrapProvider extends SandboxProviderBase {
   static isAvailable(): boolean {
-    return findOnPath("bwrap") !== undefined;
+    // Unlike findOnPath's default, an entry that cannot be examined (EACCES, ENOTDIR) throws, as this check always has.
+    return findOnPath("bwrap", { accept: (candidate) => statSync(candidate, { throwIfNoEntry: false })?.isFile() === true }) !== undefined;
   }
 
   unavailableReason(): string | undefined {
@@ -281,13 +283,4 @@ function dockerHost(): { socketPath?: string } {
   if (value.startsWith("unix://")) return { socketPath: value.slice("unix://".length) };
   if (value.startsWith("/")) return { socketPath: value };
   return {};
-}
-
-function findOnPath(command: string): string | undefined {
-  for (const dir of (process.env.PATH ?? "").split(delimiter)) {
-    if (!dir) continue;
-    const candidate = join(dir, command);
-    if (statSync(candidate, { throwIfNoEntry: false })?.isFile()) return candidate;
-  }
-  return undefined;
 }

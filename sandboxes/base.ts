@@ -16,6 +16,7 @@
  */
 import { createHash } from "node:crypto";
 import { BaseBackend, checkOffset, failure, textWindow, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
+import { Slots } from "../core/concurrency.js";
 import { applyEdit } from "../core/edit.js";
 import { type ErrorCode, StrataError, asStrataError, errors, isStrataError, printable, toErrorInfo } from "../core/errors.js";
 import { decodeText, fileDataFromBytes, fileDataSize, fileDataText } from "../core/filedata.js";
@@ -65,14 +66,14 @@ import {
   fromBase64,
   tempName,
   batches,
+  shellQuote,
 } from "./shell.js";
+import { type ExecuteStream, TIMEOUT_EXIT_CODE, streamExecute } from "./output.js";
 
-export { MAX_TRANSFER_BYTES };
+// Names that lived here before output.ts and shell.ts took them; `strata-workspace/sandboxes/base` keeps exporting them.
+export { MAX_TRANSFER_BYTES, shellQuote };
+export { DEFAULT_MAX_OUTPUT_BYTES, OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage, type ExecuteStream } from "./output.js";
 
-/** Exit code of a command killed by its timeout (as GNU `timeout` reports it). */
-export const TIMEOUT_EXIT_CODE = 124;
-/** Output kept per command unless the sandbox or the call says otherwise. */
-export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 /** Output limit of the derived file operations: base64 of MAX_TRANSFER_BYTES plus listing overhead. */
 const FILE_OP_OUTPUT_BYTES = Math.ceil((MAX_TRANSFER_BYTES * 4) / 3) + 16 * 1024 * 1024;
 /** Largest window of a big file `read` returns, in bytes. */
@@ -135,70 +136,6 @@ function abortedBy(signal: AbortSignal | undefined, error: unknown): unknown {
   return new StrataError("aborted", `The command was aborted by its signal${reason ? `: ${printable(reason)}` : ""}`, { cause: error });
 }
 
-/** Quotes any string for POSIX sh: spaces, quotes, newlines and `$` survive as they are. */
-export function shellQuote(value: string): string {
-  return `'${value.replace(/'/g, `'\\''`)}'`;
-}
-
-/** The message appended to a command's output when its timeout killed it. */
-export function timeoutMessage(seconds: number): string {
-  return `\n[Command timed out after ${seconds} s; its process group was killed]`;
-}
-
-/**
- * Collects a command's output: keeps the first `maxBytes` bytes, counts the
- * rest, decodes UTF-8 per source stream (a character split across chunks
- * stays whole) and forwards decoded text to `onOutput` as it arrives.
- */
-export class OutputCollector {
-  private readonly parts: string[] = [];
-  private readonly decoders = new Map<string, TextDecoder>();
-  private kept = 0;
-  /** Bytes received in total, kept or not. */
-  totalBytes = 0;
-
-  constructor(
-    readonly maxBytes: number = DEFAULT_MAX_OUTPUT_BYTES,
-    private readonly onOutput?: (chunk: string) => void,
-    private readonly onData?: (chunk: Uint8Array, stream: "stdout" | "stderr") => void,
-  ) {}
-
-  get truncated(): boolean {
-    return this.totalBytes > this.kept;
-  }
-
-  push(chunk: Uint8Array, source: "stdout" | "stderr" = "stdout"): void {
-    this.onData?.(chunk, source);
-    this.totalBytes += chunk.length;
-    const room = this.maxBytes - this.kept;
-    if (room <= 0) return;
-    const head = chunk.length > room ? chunk.subarray(0, room) : chunk;
-    this.kept += head.length;
-    let decoder = this.decoders.get(source);
-    if (!decoder) this.decoders.set(source, (decoder = new TextDecoder("utf-8")));
-    const text = decoder.decode(head, { stream: true });
-    if (text === "") return;
-    this.parts.push(text);
-    this.onOutput?.(text);
-  }
-
-  /** The kept output; a character cut by the byte limit is dropped rather than garbled. */
-  text(): string {
-    if (!this.truncated) {
-      for (const decoder of this.decoders.values()) {
-        const rest = decoder.decode();
-        if (rest !== "") this.parts.push(rest);
-      }
-    }
-    return this.parts.join("");
-  }
-}
-
-/** Output of `executeStream`: iterate for chunks as they arrive; `result` is the whole response. */
-export interface ExecuteStream extends AsyncIterable<string> {
-  readonly result: Promise<Result<ExecuteResponse>>;
-}
-
 /**
  * A sandbox: a workspace directory inside an isolated environment plus a
  * shell. Subclasses implement `execute`, `uploadFiles` and `downloadFiles`
@@ -225,8 +162,8 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   protected fileOperationConcurrency = 8;
   /** The subclass's own upload channel keeps the quota exactly (LocalSandbox: its FilesystemBackend), so uploads are not measured here too. */
   protected uploadsKeepQuota = false;
-  private scriptsRunning = 0;
-  private readonly scriptQueue: Array<() => void> = [];
+  /** The turns of the derived operations' scripts (fileOperationConcurrency at once, read as each script starts). */
+  private readonly scriptSlots = new Slots(() => this.fileOperationConcurrency);
   /** The workspace quota, undefined for none. */
   readonly quota: Quota | undefined;
   private isClosed = false;
@@ -450,39 +387,7 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
    * final response in `result`. Leaving the loop early stops the command.
    */
   executeStream(command: string, options: Omit<ExecuteOptions, "onOutput"> = {}): ExecuteStream {
-    const chunks: string[] = [];
-    let wake: (() => void) | undefined;
-    let done = false;
-    const stop = new AbortController();
-    const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
-    const result = this.execute(command, {
-      ...options,
-      signal,
-      onOutput: (chunk) => {
-        chunks.push(chunk);
-        wake?.();
-      },
-    });
-    const settle = () => {
-      done = true;
-      wake?.();
-    };
-    void result.then(settle);
-    return {
-      result,
-      async *[Symbol.asyncIterator]() {
-        try {
-          for (;;) {
-            while (chunks.length > 0) yield chunks.shift()!;
-            if (done) return;
-            await new Promise<void>((resolve) => (wake = resolve));
-            wake = undefined;
-          }
-        } finally {
-          if (!done) stop.abort(new DOMException("The output stream was closed before the command ended", "AbortError"));
-        }
-      },
-    };
+    return streamExecute((line, run) => this.execute(line, run), command, options);
   }
 
   protected assertOpen(): void {
@@ -519,15 +424,12 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     const script = `exec 2>/dev/null\nexport LC_ALL=C\nW=${shellQuote(this.workspace)}\n${body}\nexit 0`;
     const run = { ...options, cwd: "/", timeout: this.fileOperationTimeout, maxOutputBytes: FILE_OP_OUTPUT_BYTES };
     this.ownScripts.add(run);
-    if (this.scriptsRunning < this.fileOperationConcurrency) this.scriptsRunning++;
-    else await new Promise<void>((resolve) => this.scriptQueue.push(resolve)); // The slot is handed over by the script that ends.
+    await this.scriptSlots.acquire(); // A waiting script gets the slot of the script that ends.
     let response: ExecuteResponse;
     try {
       response = await this.doExecute(script, run);
     } finally {
-      const next = this.scriptQueue.shift();
-      if (next) next();
-      else this.scriptsRunning--;
+      this.scriptSlots.release();
     }
     if (response.truncated) {
       throw new StrataError("too_large", `The result for '${path}' is over ${FILE_OP_OUTPUT_BYTES} bytes; narrow the request`);

@@ -11,6 +11,7 @@ import fs, { type FileHandle } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { errors, StrataError } from "../core/errors.js";
+import { findOnPath } from "../backends/executable.js";
 import { at, DIR_FLAGS, openDirAt, READ_FLAGS, readDirAt } from "../backends/safe-fs.js";
 
 /**
@@ -39,6 +40,11 @@ export function validateSandboxUser(user: unknown): SandboxUser {
   return { uid: (user as SandboxUser).uid, gid: (user as SandboxUser).gid };
 }
 
+/** The host user commands run as: `requested` (or the default) when this process is root, else none. */
+export function hostUser(requested: SandboxUser | undefined): SandboxUser | undefined {
+  return process.getuid?.() === 0 ? (requested ?? DEFAULT_SANDBOX_USER) : undefined;
+}
+
 export const ROOT_ENTRIES = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
 /** /usr and the root's lib and bin entries, read-only (symlinks recreated as links). */
@@ -53,17 +59,9 @@ export function systemArgs(): string[] {
   return args;
 }
 
+/** A host tool (bwrap, setpriv, prlimit, busybox): on PATH (the usual directories when it is unset), then in /usr/bin and /usr/sbin. */
 export function findExecutable(name: string): string | undefined {
-  for (const dir of (process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin").split(":").concat(["/usr/bin", "/usr/sbin"])) {
-    if (dir === "") continue;
-    const candidate = nodePath.join(dir, name);
-    try {
-      if (statSync(candidate).isFile()) return candidate;
-    } catch {
-      // Not here.
-    }
-  }
-  return undefined;
+  return findOnPath(name, { path: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", then: ["/usr/bin", "/usr/sbin"] });
 }
 
 /** argv that switches to `user` before the rest runs, or nothing when there is no user to switch to. */

@@ -26,12 +26,14 @@ import { existsSync, lstatSync, mkdtempSync, realpathSync, rmSync, statSync, cho
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { randomBytes } from "node:crypto";
+import { Slots } from "../core/concurrency.js";
 import { StrataError, errors, isStrataError } from "../core/errors.js";
 import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
 import { normalizePath } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { FilesystemBackend } from "../backends/filesystem.js";
-import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
+import { BaseSandbox, type BaseSandboxOptions } from "./base.js";
+import { DEFAULT_MAX_OUTPUT_BYTES } from "./output.js";
 import { checkTimeout, runProcess } from "./process.js";
 import { checkCommand } from "./remote-command.js";
 import { createCgroups, oomKills, removeCgroup } from "./cgroups.js";
@@ -39,11 +41,11 @@ import {
   BUSYBOX_INSIDE,
   busyboxApplets,
   checkReachable,
-  DEFAULT_SANDBOX_USER,
   dropTo,
   findExecutable,
   givePath,
   giveTree,
+  hostUser,
   LAUNCHER_ENV,
   probe,
   type SandboxUser,
@@ -279,17 +281,7 @@ export class BubblewrapSandbox extends BaseSandbox {
    */
   private async uploadUnderLocks(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     const turns = new Map<string, Promise<unknown>>();
-    let running = 0;
-    const waiting: (() => void)[] = [];
-    const slot = async () => {
-      if (running < UPLOAD_CONCURRENCY) running++;
-      else await new Promise<void>((resolve) => waiting.push(resolve));
-    };
-    const release = () => {
-      const next = waiting.shift();
-      if (next) next();
-      else running--;
-    };
+    const slots = new Slots(() => UPLOAD_CONCURRENCY);
     return Promise.all(
       files.map((item) => {
         let path: string | undefined;
@@ -305,13 +297,13 @@ export class BubblewrapSandbox extends BaseSandbox {
             return { path: item[0], error: answer.error?.code ?? null };
           };
           if (path === undefined || path === "/") return upload();
-          await slot();
+          await slots.acquire();
           try {
             return await withLockDirectory(this.hostWorkspace, lockName(path), upload);
           } catch (error) {
             return { path: item[0], error: isStrataError(error) ? error.code : "io_error" };
           } finally {
-            release();
+            slots.release();
           }
         };
         if (path === undefined) return one();
@@ -439,11 +431,6 @@ export class BubblewrapSandbox extends BaseSandbox {
       oomKillsSeen: cgroups.memory ? await oomKills(cgroups.memory) : 0,
     };
   }
-}
-
-/** The host user commands run as: `requested` (or the default) when this process is root, else none. */
-function hostUser(requested: SandboxUser | undefined): SandboxUser | undefined {
-  return process.getuid?.() === 0 ? (requested ?? DEFAULT_SANDBOX_USER) : undefined;
 }
 
 interface Setup {

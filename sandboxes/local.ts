@@ -23,7 +23,8 @@ import { toFileDataV2 } from "../core/filedata.js";
 import { normalizePath } from "../core/paths.js";
 import { toSeedProtocol as seed } from "../core/seed.js";
 import type { DeleteResult, EditResult, ExecuteOptions, ExecuteResponse, FileDataV2, FileInfo, FilesUpdate, GrepResult, WriteResult } from "../core/types.js";
-import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES } from "./base.js";
+import { BaseSandbox, type BaseSandboxOptions } from "./base.js";
+import { DEFAULT_MAX_OUTPUT_BYTES } from "./output.js";
 import { checkTimeout, runProcess } from "./process.js";
 
 /** `quota` (BaseSandboxOptions) limits write, edit and upload in the workspace: default DEFAULT_SANDBOX_QUOTA, `false` for none. */

@@ -10,7 +10,7 @@ import { constants } from "node:os";
 import { StrataError, errors } from "../core/errors.js";
 import { timeoutSeconds } from "../core/limits.js";
 import type { ExecuteResponse } from "../core/types.js";
-import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./base.js";
+import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./output.js";
 
 /** Linux's limit on one argv string (MAX_ARG_STRLEN). */
 const MAX_ARG_BYTES = 128 * 1024;

@@ -16,7 +16,7 @@
 import { randomUUID } from "node:crypto";
 import { StrataError, errors } from "../core/errors.js";
 import type { ExecuteResponse } from "../core/types.js";
-import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./base.js";
+import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./output.js";
 
 /** Linux's limit on one argv string (MAX_ARG_STRLEN); the command travels as one. */
 export const MAX_COMMAND_BYTES = 128 * 1024;

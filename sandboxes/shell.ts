@@ -1,7 +1,7 @@
 /**
- * The shell side of BaseSandbox: POSIX sh fragments (GNU coreutils and
- * BusyBox alike) that the derived file operations run, and the parsers of
- * what they print. Kept apart from the class so each reads in one sitting.
+ * The shell side of BaseSandbox: quoting, POSIX sh fragments (GNU coreutils
+ * and BusyBox alike) that the derived file operations run, and the parsers
+ * of what they print. Kept apart from the class so each reads in one sitting.
  */
 import { createHash } from "node:crypto";
 import { StrataError, errors, printable } from "../core/errors.js";
@@ -57,6 +57,11 @@ function quotaError(path: string, [bytes = 0, files = 0, addBytes = 0, addFiles 
     if (error instanceof StrataError) return error;
   }
   return errors.quotaExceeded(path, "the workspace is full");
+}
+
+/** Quotes any string for POSIX sh: spaces, quotes, newlines and `$` survive as they are. */
+export function shellQuote(value: string): string {
+  return `'${value.replace(/'/g, `'\\''`)}'`;
 }
 
 /** A number as a shell script may see it: a plain integer, never exponent form (`1e+21`). */

@@ -18,15 +18,17 @@ import { createHash, createHmac } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type ssh2 from "ssh2";
 import type { ClientChannel, ConnectConfig, SFTPWrapper, Stats } from "ssh2";
+import { Slots, mapLimit } from "../core/concurrency.js";
 import { StrataError, errors, isStrataError, type ErrorCode } from "../core/errors.js";
 import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
 import { byteCount, timeoutSeconds } from "../core/limits.js";
 import { baseName, normalizePath, parentOf } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
-import { BaseSandbox, type BaseSandboxOptions, DEFAULT_MAX_OUTPUT_BYTES, shellQuote } from "./base.js";
+import { BaseSandbox, type BaseSandboxOptions } from "./base.js";
+import { DEFAULT_MAX_OUTPUT_BYTES } from "./output.js";
 import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 import { feedStdin } from "./process.js";
-import { LOCK_FN, int, statusError, tempName } from "./shell.js";
+import { LOCK_FN, int, shellQuote, statusError, tempName } from "./shell.js";
 import { optionalPackage } from "../stores/optional-package.js";
 
 /** The ssh2 package, loaded when an SshSandbox first connects (an optional peer dependency). */
@@ -143,8 +145,8 @@ export class SshSandbox extends BaseSandbox {
   private connecting: Promise<Connection> | undefined;
   /** The workspace with symlinks resolved, as the server sees it: uploads stay below it. */
   private realWorkspace: string | undefined;
-  private channelsInUse = 0;
-  private readonly channelQueue: (() => void)[] = [];
+  /** Exec channels of commands (MAX_COMMANDS at once); the others wait their turn. */
+  private readonly channels = new Slots(() => MAX_COMMANDS);
   private readonly pendingKills = new Set<Promise<void>>();
 
   private constructor(
@@ -219,14 +221,14 @@ export class SshSandbox extends BaseSandbox {
     const header = `export ${assignments.join(" ")}; set -- ${oneLine(this.sandboxPath(cwd))} ${oneLine(command)}\n`;
 
     const connection = await this.connection();
-    await this.acquire();
+    await this.channels.acquire();
     let channel: ClientChannel;
     let exit: ExitStatus;
     try {
       if (this.closed) throw closedError(this.id);
       ({ channel, exit } = await this.openExec(connection, EXEC_LINE));
     } catch (error) {
-      this.release();
+      this.channels.release();
       throw error;
     }
     const run = new RemoteRun({
@@ -248,7 +250,7 @@ export class SshSandbox extends BaseSandbox {
     channel.on("data", (chunk: Buffer) => run.stdout(chunk));
     channel.stderr.on("data", (chunk: Buffer) => run.stderr(chunk));
     channel.on("close", () => {
-      this.release();
+      this.channels.release();
       run.end(async () => {
         // No exit status at all: the channel died with the connection, so whether the command ran is unknown.
         if (!exit.received) throw lostError();
@@ -302,7 +304,7 @@ export class SshSandbox extends BaseSandbox {
     };
     const responses: UploadAnswer[] = files.map((item) => ({ path: echo(Array.isArray(item) ? item[0] : item), error: null }));
     const staged: { index: number; path: string; temp: string; target: string; size: number }[] = [];
-    await mapConcurrently(files, SFTP_CONCURRENCY, async (item, index) => {
+    await mapLimit(files, SFTP_CONCURRENCY, async (item, index) => {
       const rawPath: unknown = Array.isArray(item) ? item[0] : item;
       try {
         const path = normalizePath(rawPath as string);
@@ -370,7 +372,7 @@ export class SshSandbox extends BaseSandbox {
       const code = fileError(error);
       return paths.map((path) => ({ path: echo(path), content: null, error: code }));
     }
-    return mapConcurrently(paths, SFTP_CONCURRENCY, async (rawPath) => {
+    return mapLimit(paths, SFTP_CONCURRENCY, async (rawPath) => {
       try {
         const path = normalizePath(rawPath);
         if (path === "/") throw errors.isDirectory(path);
@@ -397,7 +399,7 @@ export class SshSandbox extends BaseSandbox {
     if (this.closed) return;
     await super.close();
     // Commands waiting for a channel wake up, see the sandbox closed, and answer sandbox_closed.
-    for (const wake of this.channelQueue.splice(0)) wake();
+    this.channels.wakeAll();
     if (this.pendingKills.size > 0) {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([Promise.allSettled([...this.pendingKills]), new Promise((resolve) => (timer = setTimeout(resolve, CLOSE_KILL_WAIT_MS)))]);
@@ -584,20 +586,6 @@ export class SshSandbox extends BaseSandbox {
     }
   }
 
-  private async acquire(): Promise<void> {
-    if (this.channelsInUse < MAX_COMMANDS) {
-      this.channelsInUse++;
-      return;
-    }
-    await new Promise<void>((resolve) => this.channelQueue.push(resolve));
-  }
-
-  private release(): void {
-    const next = this.channelQueue.shift();
-    if (next) next();
-    else this.channelsInUse--;
-  }
-
 }
 
 type SftpCaller = <T>(start: (done: (error: Error | null | undefined, value?: T) => void) => void) => Promise<T>;
@@ -732,20 +720,6 @@ function sftpCall<T>(start: (done: (error: Error | null | undefined, value?: T) 
 function sftpStatus(error: unknown): number | undefined {
   const code = (error as { code?: unknown } | null)?.code;
   return typeof code === "number" ? code : undefined;
-}
-
-/** Runs `work` over `items` with at most `limit` at once; results keep the input order. */
-async function mapConcurrently<T, R>(items: readonly T[], limit: number, work: (item: T, index: number) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array(items.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < items.length) {
-      const index = next++;
-      results[index] = await work(items[index]!, index);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
-  return results;
 }
 
 /** An upload's failure as one of the four codes (SFTP statuses and a lost connection are all `permission_denied`). */

@@ -4,7 +4,7 @@ import { encodeBase64, fileDataSize, fileDataText, isFileData } from "../core/fi
 import { validateQuota, type Quota, type Usage } from "../core/limits.js";
 import { ancestorsOf, isWithin, normalizePath, parentOf, relativeTo } from "../core/paths.js";
 import type { FileData } from "../core/types.js";
-import { DEFAULT_MAX_VALUE_SIZE } from "./records.js";
+import { DEFAULT_MAX_VALUE_SIZE, DEFAULT_PAGE } from "./records.js";
 import {
   checkBatchConsistent,
   checkBatchQuota,
@@ -36,7 +36,6 @@ export interface LangGraphStoreOptions extends StoreQuotaOptions {
 
 /** Where the adapter keeps a record's version inside the stored value; readers such as deepagents ignore it. */
 export const VERSION_FIELD = "strata_version";
-const DEFAULT_PAGE = 1000;
 
 /**
  * A LangGraph `BaseStore` (InMemoryStore, PostgresStore, …) as a Strata

@@ -3,7 +3,7 @@ import { checkQuota, validateQuota, type Quota } from "../core/limits.js";
 import { joinPath } from "../core/paths.js";
 import { DirectoryIndex } from "../core/tree.js";
 import type { FileData } from "../core/types.js";
-import { DEFAULT_MAX_VALUE_SIZE } from "./records.js";
+import { DEFAULT_MAX_VALUE_SIZE, DEFAULT_PAGE, MAX_PAGE, treePrefix } from "./records.js";
 import {
   checkBatchConsistent,
   checkBatchQuota,
@@ -26,9 +26,6 @@ import {
   type StoredKey,
   type StoreQuotaOptions,
 } from "./store.js";
-
-const DEFAULT_PAGE = 1000;
-const MAX_PAGE = 10_000;
 
 /** One namespace's records, with the directory index and key order kept up to date. */
 class Space {
@@ -225,11 +222,6 @@ export class MemoryStore implements Store {
 function checkedKey(key: string): string {
   validateKey(key);
   return key;
-}
-
-/** What every key under `dir` starts with. */
-function treePrefix(dir: string): string {
-  return dir === "/" ? "/" : `${dir}/`;
 }
 
 function describe(item: StoredItem): StoredKey {

@@ -9,6 +9,7 @@ import {
   checkEngineKey,
   DEFAULT_MAX_VALUE_SIZE,
   fromEngineRecord,
+  pageSize,
   searchableNeedle,
   splitKey,
   toEngineRecord,
@@ -64,8 +65,6 @@ export interface PostgresStoreOptions extends StoreQuotaOptions {
   maxConnections?: number;
 }
 
-const DEFAULT_PAGE = 1000;
-const MAX_PAGE = 10_000;
 /** PostgreSQL cannot index a btree entry over ~2700 bytes; namespace plus key stay under this. */
 const MAX_INDEXED_BYTES = 2400;
 /** Rows per INSERT in putMany, and bytes of content per INSERT, to bound statement size. */
@@ -356,7 +355,7 @@ export class PostgresStore implements Store {
 
   async list(namespace: Namespace, options: ListOptions = {}): Promise<ListPage> {
     const ns = namespaceKey(namespace);
-    const limit = Number.isFinite(options.limit) ? Math.min(Math.max(1, Math.floor(options.limit!)), MAX_PAGE) : DEFAULT_PAGE;
+    const limit = pageSize(options.limit);
     const params: unknown[] = [ns];
     const where = ["ns = $1"];
     const range = keyRange(options.prefix ?? "");

@@ -30,6 +30,16 @@ const UNSTORABLE_ALL = new RegExp(UNSTORABLE.source, "g");
 /** Default `maxValueSize` of the engine stores: 64 MiB. */
 export const DEFAULT_MAX_VALUE_SIZE = 64 * 1024 * 1024;
 
+/** Keys a `list` page holds when the call gives no limit, in every bundled store; StoreBackend reads keys in pages this size. */
+export const DEFAULT_PAGE = 1000;
+/** The most keys a `list` page holds, whatever the call asks. */
+export const MAX_PAGE = 10_000;
+
+/** A `list` limit as PostgreSQL and Redis take it: a whole number from 1 to MAX_PAGE; DEFAULT_PAGE unless it is a finite number. */
+export function pageSize(limit: number | undefined): number {
+  return Number.isFinite(limit) ? Math.min(Math.max(1, Math.floor(limit!)), MAX_PAGE) : DEFAULT_PAGE;
+}
+
 /** Validates a key for an engine that stores UTF-8: normalised, and valid Unicode. */
 export function checkEngineKey(key: string): string {
   validateKey(key);

@@ -8,6 +8,7 @@ import {
   checkEngineKey,
   DEFAULT_MAX_VALUE_SIZE,
   fromEngineRecord,
+  pageSize,
   searchableNeedle,
   toEngineRecord,
   treePrefix,
@@ -50,8 +51,6 @@ export interface RedisStoreOptions extends StoreQuotaOptions {
   connectTimeoutMs?: number;
 }
 
-const DEFAULT_PAGE = 1000;
-const MAX_PAGE = 10_000;
 /** Keys examined per script call while searching: bounds how long one call blocks the server. */
 const SEARCH_BATCH = 256;
 /**
@@ -540,10 +539,6 @@ export class RedisStore implements Store {
       throw newerLayout("Redis", /^\d+$/.test(found) ? Number(found) : JSON.stringify(found.slice(0, 40)), SCHEMA_VERSION);
     }
   }
-}
-
-function pageSize(limit: number | undefined): number {
-  return Number.isFinite(limit) ? Math.min(Math.max(1, Math.floor(limit!)), MAX_PAGE) : DEFAULT_PAGE;
 }
 
 function recordArgs(key: string, record: EngineRecord): string[] {

@@ -5,7 +5,17 @@ import { errors, StrataError } from "../core/errors.js";
 import { checkQuota, validateQuota, type Quota, type Usage } from "../core/limits.js";
 import { ancestorsOf, baseName, parentOf } from "../core/paths.js";
 import type { FileData } from "../core/types.js";
-import { checkEngineKey, DEFAULT_MAX_VALUE_SIZE, fromEngineRecord, searchableNeedle, toEngineRecord, type EngineRecord } from "./records.js";
+import {
+  checkEngineKey,
+  DEFAULT_MAX_VALUE_SIZE,
+  DEFAULT_PAGE,
+  fromEngineRecord,
+  MAX_PAGE,
+  searchableNeedle,
+  toEngineRecord,
+  treePrefix,
+  type EngineRecord,
+} from "./records.js";
 import {
   checkBatchConsistent,
   checkBatchQuota,
@@ -47,8 +57,6 @@ export interface SqliteStoreOptions extends StoreQuotaOptions {
   maxValueSize?: number;
 }
 
-const DEFAULT_PAGE = 1000;
-const MAX_PAGE = 10_000;
 /** Below this many characters the trigram index cannot answer; candidates come from a scan. */
 const TRIGRAM = 3;
 /** A search scope with fewer rows than this is scanned directly: cheaper than a common pattern's index hits. */
@@ -502,7 +510,7 @@ function openLayout(db: Database.Database): void {
 
 /** Key range of everything strictly under `dir`. */
 function treeRange(dir: string): { lo: string; hi: string } {
-  const lo = dir === "/" ? "/" : `${dir}/`;
+  const lo = treePrefix(dir);
   return { lo, hi: prefixEnd(lo)! };
 }
 
