@@ -256,7 +256,7 @@ export abstract class BaseBackend implements Backend {
     return path === "/" ? root : root + path;
   }
 
-  private callerError(info: ErrorInfo): ErrorInfo {
+  protected callerError(info: ErrorInfo): ErrorInfo {
     if (this.pathRoot === "/" || info.path === undefined || !info.path.startsWith("/")) return info;
     const path = this.toCallerPath(info.path);
     return { ...info, message: info.message.split(`'${printable(info.path)}'`).join(`'${printable(path)}'`), path };

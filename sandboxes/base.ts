@@ -240,21 +240,36 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   /** The native `execute`: a bare number where the options belong is `invalid_argument` (`toSeedProtocol` takes the seeds' `execute(cmd, timeout)`). */
   async execute(command: string, options?: ExecuteOptions): Promise<Result<ExecuteResponse>> {
     try {
-      return await this.doExecute(command, options);
+      return await this.doExecute(command, this.driverOptions(options));
     } catch (error) {
-      return { error: toErrorInfo(this.closedIfClosing(abortedBy(options?.signal, error))) };
+      return { error: this.callerError(toErrorInfo(this.closedIfClosing(abortedBy(options?.signal, error)))) };
     }
+  }
+
+  /**
+   * Files and commands share one path space: the workspace's absolute paths
+   * (`/workspace/app.py` is the same file for `read` and for `python3`), and
+   * a relative path starts in the workspace, the commands' working directory.
+   */
+  protected override get pathRoot(): string {
+    return this.workspace;
+  }
+
+  /** A command's options with its `cwd` as the driver names it. */
+  private driverOptions<T>(options: T): T {
+    if (typeof options !== "object" || options === null || typeof (options as ExecuteOptions).cwd !== "string") return options;
+    return { ...options, cwd: this.toDriverPath((options as ExecuteOptions).cwd!) };
   }
 
   /** Starts a command with live streams; see `SpawnedProcess`. */
   async spawn(command: string, options: SpawnOptions = {}): Promise<Result<SpawnedProcess>> {
     try {
-      const checked = checkSpawn(options);
+      const checked = this.driverOptions(checkSpawn(options));
       checkExecute(command, checked);
       this.assertOpen();
       return spawnFromExecute((run) => this.doExecute(command, { ...checked, ...run }), checked.signal);
     } catch (error) {
-      return { error: toErrorInfo(error) };
+      return { error: this.callerError(toErrorInfo(error)) };
     }
   }
 

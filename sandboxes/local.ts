@@ -96,6 +96,16 @@ export class LocalSandbox extends BaseSandbox {
     });
   }
 
+  /**
+   * Commands run on the host, where absolute paths are host paths, which no
+   * answer may show. So file paths stay virtual: "/" is the workspace, which
+   * is also every command's working directory, and relative paths mean the
+   * same file to both (docs/sandboxes.md).
+   */
+  protected override get pathRoot(): string {
+    return "/";
+  }
+
   // Every file operation is the workspace FilesystemBackend's (real directories, atomic
   // renames, per-path locks); after close each answers `sandbox_closed`.
 

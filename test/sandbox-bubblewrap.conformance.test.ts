@@ -13,6 +13,7 @@ for (const toolset of ["host", "busybox"] as const) {
   runConformance({
     name: `BubblewrapSandbox (${toolset === "host" ? "GNU coreutils" : "BusyBox"})`,
     create: () => new BubblewrapSandbox({ toolset }),
+    root: (sandbox) => sandbox.workspace,
     destroy: (sandbox) => sandbox.close(),
     close: (sandbox) => sandbox.close(),
     capabilities: { execute: true },

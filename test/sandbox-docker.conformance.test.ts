@@ -11,6 +11,7 @@ for (const [name, image] of Object.entries(images)) {
   runConformance({
     name: `DockerSandbox (${name})`,
     create: () => shared.fresh(),
+    root: (sandbox) => sandbox.workspace,
     destroy: (sandbox) => sandbox.close(),
     close: (sandbox) => sandbox.close(),
     // Every operation is a docker exec (~50-80 ms); fewer property runs keep the file near a minute per image.

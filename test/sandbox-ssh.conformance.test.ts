@@ -17,6 +17,7 @@ afterAll(async () => {
 runConformance({
   name: "SshSandbox",
   create: () => SshSandbox.connect({ ...options, workspace: `${root}/${randomUUID()}` }),
+  root: (sandbox) => sandbox.workspace,
   destroy: (sandbox) => sandbox.close(),
   close: (sandbox) => sandbox.close(),
   capabilities: { execute: true, mergedStderr: true },
