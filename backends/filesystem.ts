@@ -18,13 +18,13 @@ import { at, errno, isInternalName, lstatAt, lstatAtSync, openDirAt, openDirPath
 import { DirCursor, readDirAt, removeAt, Slicer, walkFiles, writeAtomicAt } from "./safe-fs.js";
 
 export interface FilesystemBackendOptions {
-  /** The directory the workspace lives in; created if missing. */
-  rootDir: string;
+  /** The workspace: the host directory holding the files; created if missing. */
+  workspace: string;
   /**
-   * true (default): paths are virtual, `/` is `rootDir`, and results and
+   * true (default): paths are virtual, `/` is `workspace`, and results and
    * messages never show a host path. false: paths are host paths, which must
-   * still lie under `rootDir`; results and messages use host paths, since
-   * that is the caller's own naming. Either way nothing outside `rootDir` is
+   * still lie under `workspace`; results and messages use host paths, since
+   * that is the caller's own naming. Either way nothing outside `workspace` is
    * reachable and no symlink is followed.
    */
   virtualMode?: boolean;
@@ -39,7 +39,7 @@ export interface FilesystemBackendOptions {
    */
   fsync?: boolean;
   /**
-   * Limits on the total bytes and number of files under `rootDir`; write,
+   * Limits on the total bytes and number of files under `workspace`; write,
    * edit and upload beyond it fail with `quota_exceeded`. Usage is measured
    * with one walk when first needed, then kept up to date from this
    * backend's own changes; files written by anything else (a command, another
@@ -73,7 +73,7 @@ type SearchStart = { dir: FileHandle } | { parent: FileHandle; name: string; sta
 const pathTurns = new KeyedMutex();
 
 /**
- * Files on the real disk, confined to `rootDir`. Every path is resolved
+ * Files on the real disk, confined to `workspace`. Every path is resolved
  * through directory fds (see safe-fs.ts), so neither `..`, nor a symlink,
  * nor a symlink swapped in mid-operation leads outside the root. Symlinks
  * are never followed: ls shows them as entries, reading or walking through
@@ -88,7 +88,8 @@ const pathTurns = new KeyedMutex();
  * read (inode, size, mtime, ctime) and answers `conflict` otherwise.
  */
 export class FilesystemBackend extends BaseBackend {
-  readonly rootDir: string;
+  /** The workspace directory on the host, as an absolute path. */
+  readonly workspace: string;
   readonly virtualMode: boolean;
   private hostRootReady: Promise<string> | undefined;
   private readonly quota: Quota | undefined;
@@ -100,7 +101,10 @@ export class FilesystemBackend extends BaseBackend {
 
   constructor(private readonly options: FilesystemBackendOptions) {
     super();
-    this.rootDir = nodePath.resolve(options.rootDir);
+    if (typeof options?.workspace !== "string" || options.workspace === "") {
+      throw errors.invalidArgument("FilesystemBackend needs { workspace }: the host directory holding the files");
+    }
+    this.workspace = nodePath.resolve(options.workspace);
     this.virtualMode = options.virtualMode ?? true;
     this.quota = validateQuota(options.quota);
   }
@@ -426,8 +430,8 @@ export class FilesystemBackend extends BaseBackend {
   private resolve(input: string): Resolved {
     const normalized = normalizePath(input);
     if (this.virtualMode) return this.located(normalized);
-    if (!isWithin(this.rootDir, normalized)) throw errors.invalidPath(normalized, "it lies outside the root directory");
-    return this.located(`/${relativeTo(this.rootDir, normalized)}`);
+    if (!isWithin(this.workspace, normalized)) throw errors.invalidPath(normalized, "it lies outside the workspace");
+    return this.located(`/${relativeTo(this.workspace, normalized)}`);
   }
 
   private located(path: string): Resolved {
@@ -446,13 +450,13 @@ export class FilesystemBackend extends BaseBackend {
   /** A virtual path as the caller names it. */
   private outside(path: string): string {
     if (this.virtualMode) return path;
-    return path === "/" ? this.rootDir : this.rootDir === "/" ? path : this.rootDir + path;
+    return path === "/" ? this.workspace : this.workspace === "/" ? path : this.workspace + path;
   }
 
   /** In host-path mode an absolute glob under the root is made virtual. */
   private virtualPattern(pattern: string): string {
-    if (this.virtualMode || typeof pattern !== "string" || !pattern.startsWith(`${this.rootDir}/`)) return pattern;
-    return pattern.slice(this.rootDir.length);
+    if (this.virtualMode || typeof pattern !== "string" || !pattern.startsWith(`${this.workspace}/`)) return pattern;
+    return pattern.slice(this.workspace.length);
   }
 
   private info(path: string, stat: Stats): FileInfo {
@@ -471,8 +475,8 @@ export class FilesystemBackend extends BaseBackend {
         throw new StrataError("unsupported", "FilesystemBackend needs Linux's /proc/self/fd to resolve paths without races");
       }
       try {
-        await fs.mkdir(this.rootDir, { recursive: true });
-        return await fs.realpath(this.rootDir);
+        await fs.mkdir(this.workspace, { recursive: true });
+        return await fs.realpath(this.workspace);
       } catch {
         throw new StrataError("unavailable", "The workspace root directory cannot be opened");
       }
@@ -501,7 +505,7 @@ export class FilesystemBackend extends BaseBackend {
 
   /** Runs a change of `r` in its turn: alone in this process, then holding its lock file against other processes. */
   private mutate<T>(r: Resolved, create: boolean, body: (dir: FileHandle, name: string) => Promise<T>): Promise<T> {
-    return pathTurns.run(`${this.rootDir}\0${r.path}`, () => this.inParent(r, create, (dir, name) => withFileLock(dir, name, () => body(dir, name))));
+    return pathTurns.run(`${this.workspace}\0${r.path}`, () => this.inParent(r, create, (dir, name) => withFileLock(dir, name, () => body(dir, name))));
   }
 
   /**
@@ -684,6 +688,8 @@ function fsError(error: unknown, shown: string, creating = false): StrataError {
       return errors.permissionDenied(shown);
     case "EEXIST":
       return errors.alreadyExists(shown);
+    case "ENOTEMPTY":
+      return new StrataError("already_exists", `'${shown}' is a directory that is not empty`, { path: shown });
     case "ENAMETOOLONG":
       return errors.invalidPath(shown, "a name is too long for the filesystem");
     case "EBUSY":

@@ -1,11 +1,11 @@
 import { BaseBackend, type UploadAnswer, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
-import { errors, StrataError } from "../core/errors.js";
+import { errors, printable, StrataError } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
-import { ancestorsOf, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
+import { ancestorsOf, isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
 import { BackendRuntime } from "../core/protocol.js";
 import { DirectoryIndex } from "../core/tree.js";
 import type {
@@ -14,6 +14,7 @@ import type {
   FileData,
   FileDataV2,
   FileInfo,
+  FilesUpdate,
   GrepMatch,
   GrepResult,
   WriteResult,
@@ -22,15 +23,26 @@ import type {
 export type FilesState = Record<string, FileData>;
 
 export interface StateBackendOptions {
+  /**
+   * Where the files live: `runtime.state.files` (a BackendRuntime, or any
+   * object with a `state`, as deepagents passes). Default: a runtime of the
+   * backend's own, holding an empty files map.
+   */
+  runtime?: BackendRuntime | StateRuntimeLike;
   /** Largest file, in bytes, that write, edit and upload accept. */
   maxFileSize?: number;
   /** Limits on the total bytes and number of files held; write, edit and upload beyond it fail with `quota_exceeded`. */
   quota?: Quota;
 }
 
-/** What deepagents passes: any object with a `state` holding `files`. */
+/** What deepagents passes: any object with a `state` holding `files` (its runtime: `{ state, store?, config? }`). */
 export interface StateRuntimeLike {
   state: Record<string, unknown>;
+}
+
+/** Whether a constructor argument is a runtime (it has a `state`) rather than options. */
+function isRuntime(value: unknown): value is BackendRuntime | StateRuntimeLike {
+  return value instanceof BackendRuntime || (typeof value === "object" && value !== null && "state" in value);
 }
 
 interface Indexed {
@@ -88,6 +100,11 @@ function watchOf(files: FilesState): Watch {
  * or `backend.files`. Every mutation here is synchronous (no await between
  * reading a record and storing its successor), so concurrent calls on one
  * path apply one after another and none is lost.
+ *
+ * Constructed with options (`new StateBackend({ runtime, quota })`). One
+ * compatibility form: an argument with a `state` key is the runtime itself,
+ * so deepagents' `new StateBackend(runtime)` (its `{ state: { files }, store?,
+ * config? }`) works unchanged.
  */
 export class StateBackend extends BaseBackend {
   readonly runtime: BackendRuntime;
@@ -95,15 +112,20 @@ export class StateBackend extends BaseBackend {
   private readonly quota: Quota | undefined;
   private indexed: Indexed | undefined;
 
-  constructor(runtime: BackendRuntime | StateRuntimeLike = new BackendRuntime({ files: {} }), options: StateBackendOptions = {}) {
+  constructor(options: StateBackendOptions | BackendRuntime | StateRuntimeLike = {}) {
     super();
+    if (typeof options !== "object" || options === null) {
+      throw errors.invalidArgument("StateBackend takes options { runtime?, quota?, maxFileSize? } or a runtime (a BackendRuntime or an object with a `state`)");
+    }
+    const settings: StateBackendOptions = isRuntime(options) ? { runtime: options } : options;
+    const runtime = settings.runtime ?? new BackendRuntime({ files: {} });
     if (runtime instanceof BackendRuntime) this.runtime = runtime;
     else if (typeof runtime === "object" && runtime !== null && typeof runtime.state === "object" && runtime.state !== null) {
       // The same state object, so files the caller's runtime holds are the ones used.
       this.runtime = new BackendRuntime(runtime.state);
-    } else throw errors.invalidArgument("StateBackend takes a BackendRuntime or an object with a `state`");
-    this.options = options;
-    this.quota = validateQuota(options.quota);
+    } else throw errors.invalidArgument("StateBackend's runtime must be a BackendRuntime or an object with a `state`");
+    this.options = settings;
+    this.quota = validateQuota(settings.quota);
   }
 
   /** The live files map (behind the change-noticing proxy). */
@@ -286,6 +308,91 @@ export class StateBackend extends BaseBackend {
   }
 
   /** Checks the place is free for a file, then stores it and indexes it. */
+  protected override async doCopy(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    return this.transferNow(from, to, overwrite, false);
+  }
+
+  protected override async doMove(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    return this.transferNow(from, to, overwrite, true);
+  }
+
+  /**
+   * A copy or move done synchronously, start to end: no other call runs in
+   * between, so it is atomic, and a failure part-way (a quota, a file in the
+   * way) puts everything back before it answers.
+   */
+  private transferNow(from: string, to: string, overwrite: boolean, move: boolean): FilesUpdate {
+    const source = normalizePath(from);
+    const target = normalizePath(to);
+    if (source === "/") throw new StrataError("invalid_argument", "Cannot move or copy '/'", { path: source });
+    if (source === target || isWithin(source, target)) {
+      throw new StrataError("invalid_argument", `Cannot move or copy '${printable(source)}' into itself ('${printable(target)}')`, { path: target });
+    }
+    const files = this.indexes.files;
+    const isFile = this.record(source) !== undefined;
+    if (!isFile && !this.index.isDirectory(source)) throw errors.notFound(source);
+    const targetIsDir = target === "/" || this.index.isDirectory(target);
+    if (isFile && targetIsDir) throw errors.isDirectory(target);
+    if (!isFile && this.record(target)) throw errors.notADirectory(joinPath(target, "x"));
+    // Directories here exist only while they hold files, so an existing one is never empty.
+    if (!isFile && targetIsDir) throw new StrataError("already_exists", `'${printable(target)}' is a directory that is not empty`, { path: target });
+    if (isFile && this.record(target) && !overwrite) throw errors.alreadyExists(target);
+    const pairs: Array<[string, string]> = isFile
+      ? [[source, target]]
+      : Object.keys(files)
+          .filter((key) => isWithin(source, key))
+          .map((key) => [key, joinPath(target, relativeTo(source, key))]);
+    const moved = pairs.map(([key]) => toFileDataV2(files[key]!));
+    const replaced = pairs.map(([, key]) => this.record(key));
+    const update: Record<string, FileData | null> = {};
+    try {
+      if (move) for (const [key] of pairs) this.removeNow(key);
+      pairs.forEach(([, key], i) => {
+        // A move keeps the record as it was (mv keeps times); a copy is a new file.
+        const data = move ? moved[i]! : { ...moved[i]!, created_at: new Date().toISOString(), modified_at: new Date().toISOString() };
+        this.store(key, data);
+        update[key] = data;
+      });
+      if (move) for (const [key] of pairs) update[key] = null;
+    } catch (error) {
+      for (const [, key] of pairs) if (this.record(key)) this.removeNow(key);
+      pairs.forEach(([, key], i) => {
+        const before = replaced[i];
+        if (before) this.restoreNow(key, toFileDataV2(before));
+      });
+      if (move) pairs.forEach(([key], i) => this.restoreNow(key, moved[i]!));
+      throw error;
+    }
+    return update;
+  }
+
+  /** Removes one file record, keeping the index and the usage right. */
+  private removeNow(path: string): void {
+    const indexes = this.indexes;
+    const previous = indexes.files[path];
+    if (previous === undefined) return;
+    if (indexes.usage) {
+      indexes.usage.bytes -= fileDataSize(previous);
+      indexes.usage.files -= 1;
+    }
+    delete indexes.files[path];
+    indexes.index.removeFile(path);
+    this.changed(indexes);
+  }
+
+  /** Puts a record back during an undo, past the checks that made the change fail. */
+  private restoreNow(path: string, data: FileDataV2): void {
+    const indexes = this.indexes;
+    const previous = indexes.files[path];
+    if (indexes.usage) {
+      indexes.usage.bytes += fileDataSize(data) - (previous ? fileDataSize(previous) : 0);
+      if (!previous) indexes.usage.files += 1;
+    }
+    indexes.files[path] = data;
+    if (!previous) indexes.index.addFile(path);
+    this.changed(indexes);
+  }
+
   private store(path: string, data: FileDataV2): void {
     if (path === "/" || this.index.isDirectory(path)) throw errors.isDirectory(path);
     for (const ancestor of ancestorsOf(path)) {
@@ -312,7 +419,7 @@ export class StateBackend extends BaseBackend {
 
 
 /** The seeds' helper: a StateBackend together with the runtime that holds its files. */
-export function createStateBackend(options: StateBackendOptions = {}): { backend: StateBackend; runtime: BackendRuntime } {
-  const runtime = new BackendRuntime({ files: {} });
-  return { backend: new StateBackend(runtime, options), runtime };
+export function createStateBackend(options: Omit<StateBackendOptions, "runtime"> = {}): { backend: StateBackend; runtime: BackendRuntime } {
+  const backend = new StateBackend({ ...options, runtime: new BackendRuntime({ files: {} }) });
+  return { backend, runtime: backend.runtime };
 }

@@ -7,6 +7,7 @@ import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCoun
 import { ancestorsOf, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import { BackendRuntime, type BackendFactory } from "../core/protocol.js";
 import type {
+  FilesUpdate,
   DeleteResult,
   EditResult,
   FileData,
@@ -158,6 +159,26 @@ export class StoreBackend extends BaseBackend {
     } catch (error) {
       return failure(error, path);
     }
+  }
+
+  /**
+   * A moved file is deleted only at the version that was copied (the store's
+   * compare-and-set), so a write that lands on it during the move makes the
+   * move answer `conflict` and undo itself instead of being lost.
+   */
+  protected override async removeIfUnchanged(filePath: string, data: FileData): Promise<FilesUpdate> {
+    const path = normalizePath(filePath);
+    const ns = this.namespace;
+    const item = await this.store.get(ns, path);
+    if (!item || item.value.modified_at !== data.modified_at || fileDataText(item.value) !== fileDataText(data) || fileDataSize(item.value) !== fileDataSize(data)) {
+      throw errors.conflict(path, "it was written while being moved");
+    }
+    try {
+      if (!(await this.store.delete(ns, path, { expectedVersion: item.version }))) throw errors.conflict(path, "it was deleted while being moved");
+    } catch (error) {
+      throw isStrataError(error, "conflict") ? errors.conflict(path, "it was written while being moved") : error;
+    }
+    return null;
   }
 
   protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {

@@ -199,6 +199,16 @@ export function describeNative(options: NativeOptions): void {
         fails(await b().move("/mv/none", "/mv/x"), "file_not_found", "/mv/none");
       });
 
+      if (options.realDirectories)
+        it("keeps a tree's empty directories when it moves or copies it", async () => {
+          ok(await b().mkdir("/tree/empty/deeper", { recursive: true }), "mkdir");
+          await put("/tree/f.txt", "f");
+          ok(await b().copy("/tree", "/tree2"), "copy");
+          ok(await b().move("/tree", "/tree3"), "move");
+          for (const root of ["/tree2", "/tree3"]) expect(ok(await b().stat(`${root}/empty/deeper`), "stat")).toMatchObject({ is_dir: true });
+          expect(await exists("/tree")).toBe(false);
+        });
+
       it("moves and copies a directory tree whole, and refuses to put a tree into itself", async () => {
         await put("/t/a.txt", "a");
         await put("/t/sub/b.txt", "b");
@@ -212,6 +222,47 @@ export function describeNative(options: NativeOptions): void {
         await put("/bin/x", "\0\x01");
         ok(await b().copy("/bin/x", "/bin/y"), "copy binary");
         expect([...ok(await b().downloadFiles(["/bin/y"]), "download").files[0]!.content!]).toEqual([0, 1]);
+      });
+
+      it("refuses to put a tree onto a directory that is not empty, and changes nothing", async () => {
+        await put("/src/a.txt", "new a");
+        await put("/dst/a.txt", "old a");
+        await put("/dst/keep.txt", "keep");
+        fails(await b().copy("/src", "/dst", { overwrite: true }), "already_exists", "/dst");
+        fails(await b().move("/src", "/dst", { overwrite: true }), "already_exists", "/dst");
+        expect(await content("/dst/a.txt")).toBe("old a");
+        expect(await content("/dst/keep.txt")).toBe("keep");
+        expect(await content("/src/a.txt")).toBe("new a");
+      });
+
+      it("two crossing moves (a to b, b to a) leave one file, as some serial order would", async () => {
+        for (let round = 0; round < 5; round++) {
+          await put(`/x${round}/a`, "A");
+          await put(`/x${round}/b`, "B");
+          await Promise.all([b().move(`/x${round}/a`, `/x${round}/b`, { overwrite: true }), b().move(`/x${round}/b`, `/x${round}/a`, { overwrite: true })]);
+          const left = ok(await b().glob("*", { path: `/x${round}` }), "glob").entries.map((e) => e.path);
+          expect(left, `round ${round}`).toHaveLength(1);
+        }
+      });
+
+      it("a write racing a move of its file is never lost once acknowledged", async () => {
+        for (let round = 0; round < 8; round++) {
+          await put(`/w${round}/src.txt`, "v1");
+          const [, written] = await Promise.all([
+            b().move(`/w${round}/src.txt`, `/w${round}/dst.txt`),
+            (async () => {
+              for (let i = 0; i < round; i++) await Promise.resolve();
+              return b().write(`/w${round}/src.txt`, "v2", { overwrite: true });
+            })(),
+          ]);
+          if (written.error) continue;
+          const texts: string[] = [];
+          for (const name of ["src.txt", "dst.txt"]) {
+            const [file] = ok(await b().downloadFiles([`/w${round}/${name}`]), "download").files;
+            if (file!.content) texts.push(decode(file!.content));
+          }
+          expect(texts, `round ${round}`).toContain("v2");
+        }
       });
 
       it("5 concurrent moves of one file: exactly one lands, and the file exists exactly once", async () => {
@@ -241,8 +292,11 @@ export function describeNative(options: NativeOptions): void {
       expect(ok(await sandbox.execute("cat by-shell.txt", { cwd: `${base}/space` }), "cwd").output).toBe("made\n");
       if (root === "/") return;
       expect(ok(await sandbox.execute(`sh ${root}/space/app.sh && pwd`), "run by the same absolute path").output).toBe(`ran\n${root}\n`);
-      fails(await sandbox.write("/etc/strata-outside.txt", "x"), "invalid_path");
-      fails(await sandbox.read("/etc/passwd"), "invalid_path");
+      fails(await sandbox.write("/etc/strata-outside.txt", "x"), "invalid_path", "/etc/strata-outside.txt");
+      fails(await sandbox.read("/etc/passwd"), "invalid_path", "/etc/passwd");
+      expect((await sandbox.read("/etc/passwd")).error?.message).toContain("'/etc/passwd'");
+      fails(await sandbox.read(`${root}/missing.txt`), "file_not_found", `${root}/missing.txt`);
+      expect(ok(await sandbox.ls(), "ls of the workspace").entries.map((e) => e.path)).toContain(`${root}/space/`);
       fails(await sandbox.execute("pwd", { cwd: "/etc" }), "invalid_path");
     });
 

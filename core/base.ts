@@ -3,6 +3,7 @@ import { StrataError, asStrataError, errors, isStrataError, printable, toErrorIn
 import { DEFAULT_READ_LIMIT, forEachLine } from "./format.js";
 import { fileDataBytes, fileDataSize, fileDataText } from "./filedata.js";
 import { maxCountOf, readWindow } from "./limits.js";
+import { KeyedMutex } from "./lock.js";
 import { mimeTypeOf } from "./mime.js";
 import { isWithin, joinPath, normalizePath, parentOf, relativeTo } from "./paths.js";
 import type {
@@ -160,49 +161,74 @@ export abstract class BaseBackend implements Backend {
     return null;
   }
 
-  /** A file or a tree copied file by file; on a failure the files already copied are removed again. */
+  /**
+   * A file or a tree copied file by file (and, where directories are real,
+   * its empty directories made). All or nothing: every target is checked
+   * before the first write, and a failure puts back what each written target
+   * held before (or removes it).
+   */
   protected async doCopy(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
-    const plan = await this.transferPlan(from, to, overwrite);
-    const update: Record<string, FileData | null> = {};
-    const done: string[] = [];
-    try {
-      for (const [source, target] of plan) {
-        const data = await this.doReadRaw(source);
-        const text = fileDataText(data);
-        if (text !== null) {
-          const written = await this.doWrite(target, text, overwrite);
-          if (written.error !== undefined) throw new StrataError(written.code ?? "io_error", written.error, { path: target });
-          Object.assign(update, written.filesUpdate ?? {});
-        } else {
-          const [answer] = await this.doUpload([[target, fileDataBytes(data)]]);
-          if (answer?.error) throw new StrataError(answer.error, `Copying to '${printable(target)}' failed (${answer.error})`, { path: target });
-        }
-        done.push(target);
+    return this.transfers.run("", async () => {
+      const plan = await this.transferPlan(from, to, overwrite);
+      const journal = new TransferJournal(this.transferOps());
+      try {
+        await journal.copy(plan, overwrite);
+      } catch (error) {
+        await journal.undo();
+        throw error;
       }
-    } catch (error) {
-      for (const target of done) await this.doDelete(target).catch(() => undefined);
-      throw error;
-    }
-    return Object.keys(update).length > 0 ? update : null;
+      return journal.update();
+    });
   }
 
-  /** Copy, then delete the source; when the delete fails the copy is removed and the source stays. */
+  /**
+   * Copy, then remove each source only if it still holds what was copied
+   * (`removeIfUnchanged`), so a write that lands on a source meanwhile is
+   * never lost: the move then answers `conflict` and is undone.
+   */
   protected async doMove(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
-    const copied = await this.doCopy(from, to, overwrite);
-    const removed = await this.doDelete(from);
-    if (removed.error !== undefined) {
-      await this.doDelete(to).catch(() => undefined);
-      throw new StrataError(removed.code ?? "io_error", removed.error, { path: normalizePath(from) });
-    }
-    const update = { ...copied, ...removed.filesUpdate };
-    return Object.keys(update).length > 0 ? update : null;
+    return this.transfers.run("", async () => {
+      const plan = await this.transferPlan(from, to, overwrite);
+      const journal = new TransferJournal(this.transferOps());
+      try {
+        await journal.copy(plan, overwrite);
+        for (const file of journal.copied) await journal.remove(file);
+        // The source's directories go when empty, deepest first: a file written into the tree meanwhile stays.
+        for (const dir of [...plan.sourceDirs].reverse()) {
+          if ((await this.doLs(dir)).length === 0) await this.doDelete(dir);
+        }
+      } catch (error) {
+        await journal.undo();
+        throw error;
+      }
+      return journal.update();
+    });
   }
 
-  /** Pairs of (source file, target file) for a copy or move, after every check that can be made up front. */
-  protected async transferPlan(from: string, to: string, overwrite: boolean): Promise<Array<[string, string]>> {
+  /**
+   * Removes a moved file if it still holds `data`. The default compares what
+   * is there now and then deletes: a writer between the two can still be lost,
+   * in a window of one call. Stores with versions override it with an atomic
+   * conditional delete.
+   */
+  protected async removeIfUnchanged(path: string, data: FileData): Promise<FilesUpdate> {
+    const now = await this.doReadRaw(path);
+    if (now.modified_at !== data.modified_at || fileDataSize(now) !== fileDataSize(data) || fileDataText(now) !== fileDataText(data)) {
+      throw errors.conflict(path, "it was written while being moved");
+    }
+    const removed = await this.doDelete(path);
+    if (removed.error !== undefined) throw new StrataError(removed.code ?? "io_error", removed.error, { path });
+    return removed.filesUpdate ?? null;
+  }
+
+  /** Generic moves and copies of one backend run one at a time: two that cross (a to b, b to a) cannot both win. */
+  private readonly transfers = new KeyedMutex();
+
+  /** What a copy or move does, after every check that can be made before the first change. */
+  protected async transferPlan(from: string, to: string, overwrite: boolean): Promise<TransferPlan> {
     const source = normalizePath(from);
     const target = normalizePath(to);
-    if (source === "/") throw errors.invalidArgument("Cannot move or copy '/'");
+    if (source === "/") throw new StrataError("invalid_argument", "Cannot move or copy '/'", { path: source });
     if (source === target || isWithin(source, target)) {
       throw new StrataError("invalid_argument", `Cannot move or copy '${printable(source)}' into itself ('${printable(target)}')`, { path: target });
     }
@@ -211,12 +237,59 @@ export abstract class BaseBackend implements Backend {
     if (!info.is_dir) {
       if (existing?.is_dir) throw errors.isDirectory(target);
       if (existing && !overwrite) throw errors.alreadyExists(target);
-      return [[source, target]];
+      return { files: [[source, target]], dirs: [], sourceDirs: [] };
     }
     if (existing && !existing.is_dir) throw errors.notADirectory(joinPath(target, "x"));
     if (existing && !overwrite) throw errors.alreadyExists(target);
-    const files = await this.doGlob("**", source);
-    return files.map((f): [string, string] => [f.path, joinPath(target, relativeTo(source, f.path))]);
+    // A directory replaces only an empty one (as rename(2) does): merging two trees is not a move.
+    if (existing && (await this.doLs(target)).length > 0) {
+      throw new StrataError("already_exists", `'${printable(target)}' is a directory that is not empty`, { path: target });
+    }
+    const files = (await this.doGlob("**", source)).map((f): [string, string] => [f.path, joinPath(target, relativeTo(source, f.path))]);
+    const sourceDirs: string[] = [source];
+    for (let i = 0; i < sourceDirs.length; i++) {
+      for (const entry of await this.doLs(sourceDirs[i]!)) {
+        if (entry.is_dir) sourceDirs.push(entry.path.replace(/\/$/, ""));
+      }
+    }
+    const dirs = sourceDirs.map((dir) => (dir === source ? target : joinPath(target, relativeTo(source, dir))));
+    for (const [, file] of files) {
+      const there = await this.statOrNull(file);
+      if (there?.is_dir) throw errors.isDirectory(file);
+    }
+    return { files, dirs, sourceDirs };
+  }
+
+  /** What a TransferJournal may do to this backend. */
+  private transferOps(): TransferOps {
+    return {
+      read: (path) => this.doReadRaw(path),
+      readOrNull: (path) =>
+        this.doReadRaw(path).catch((error: unknown) => {
+          if (isStrataError(error, "file_not_found")) return null;
+          throw error;
+        }),
+      put: (path, data, overwrite) => this.putData(path, data, overwrite),
+      removeMoved: (path, data) => this.removeIfUnchanged(path, data),
+      deleteQuietly: async (path) => {
+        await this.doDelete(path).catch(() => undefined);
+      },
+      makeDir: (path) => this.doMkdir(path, true),
+    };
+  }
+
+  /** Writes a record's content (text or bytes) at `path`. */
+  private async putData(path: string, data: FileData, overwrite: boolean): Promise<FilesUpdate> {
+    const text = fileDataText(data);
+    if (text !== null) {
+      const written = await this.doWrite(path, text, overwrite);
+      if (written.error !== undefined) throw new StrataError(written.code ?? "io_error", written.error, { path });
+      return written.filesUpdate ?? null;
+    }
+    if (!overwrite && (await this.statOrNull(path))) throw errors.alreadyExists(path);
+    const [answer] = await this.doUpload([[path, fileDataBytes(data)]]);
+    if (answer?.error) throw new StrataError(answer.error, `Writing '${printable(path)}' failed (${answer.error.replace(/_/g, " ")})`, { path });
+    return null;
   }
 
   private async statOrNull(path: string): Promise<FileInfo | null> {
@@ -275,8 +348,9 @@ export abstract class BaseBackend implements Backend {
 
   // ---- the native API ----
 
-  ls(path: unknown = "/", options?: unknown): Promise<Result<Listing>> {
-    return this.answer(path, options, true, async (p) => ({ entries: await this.doLs(p) }), (v) => ({ entries: v.entries.map(this.callerInfo) }));
+  /** With no path: the start of the backend's path space (a sandbox's workspace). */
+  ls(path?: unknown, options?: unknown): Promise<Result<Listing>> {
+    return this.answer(path === undefined ? NO_PATH : path, options, true, async (p) => ({ entries: await this.doLs(p) }), (v) => ({ entries: v.entries.map(this.callerInfo) }));
   }
 
   read(path: unknown, options?: unknown): Promise<Result<ReadContent>> {
@@ -350,7 +424,8 @@ export abstract class BaseBackend implements Backend {
       true,
       async (_, o) => {
         if (typeof pattern !== "string") throw errors.invalidArgument(`pattern must be a string, got ${typeName(pattern)}`);
-        return this.doGrep(pattern, this.driverSearchPath(o.path), optionalString(o, "glob"), maxCountOf(o.maxCount));
+        const glob = optionalString(o, "glob");
+        return this.doGrep(pattern, this.driverSearchPath(o.path), glob === null ? null : this.driverPattern(glob), maxCountOf(o.maxCount));
       },
       (v) => ({ ...v, matches: v.matches.map((m) => ({ ...m, path: this.toCallerPath(m.path) })) }),
     );
@@ -424,7 +499,7 @@ export abstract class BaseBackend implements Backend {
         const items = files as unknown[];
         const pending: { index: number; item: readonly [string, Uint8Array] }[] = [];
         const answers: (UploadItem | undefined)[] = items.map((item, index) => {
-          if (!Array.isArray(item) || typeof item[0] !== "string") return itemFailure(item, errors.invalidPath(pathOfItem(item), "an upload is a [path, bytes] pair with a string path"));
+          if (!Array.isArray(item) || typeof item[0] !== "string") return itemFailure(pathOfItem(item), errors.invalidPath(pathOfItem(item), "an upload is a [path, bytes] pair with a string path"));
           if (!(item[1] instanceof Uint8Array)) return itemFailure(item[0], errors.invalidArgument(`The content of '${printable(item[0])}' must be bytes (a Uint8Array)`));
           try {
             pending.push({ index, item: [this.toDriverPath(item[0]), item[1]] });
@@ -498,18 +573,85 @@ export abstract class BaseBackend implements Backend {
     run: (path: string, options: Options) => Promise<T>,
     toCaller: (value: T) => T,
   ): Promise<Result<T>> {
-    const shown = typeof path === "string" ? path : undefined;
+    let checked: Options;
+    let target: string;
     try {
-      const checked = checkOptions(options);
-      const target = path === NO_PATH ? "/" : this.toDriverPath(checkPath(path));
+      checked = checkOptions(options);
+      target = path === NO_PATH ? "/" : this.toDriverPath(checkPath(path));
+    } catch (error) {
+      // Refused before the driver saw it: the error names the caller's own path.
+      return { error: toErrorInfo(error, typeof path === "string" ? safeNormalize(path) : undefined) };
+    }
+    try {
       const signal = checked.signal;
       if (signal?.aborted) throw errors.aborted();
       const value = !signal || !readOnly ? await run(target, checked) : await abortable(run(target, checked), signal);
       return (this.pathRoot === "/" ? value : toCaller(value)) as Result<T>;
     } catch (error) {
-      const info = toErrorInfo(error, shown === undefined ? undefined : safeNormalize(shown));
-      return { error: this.callerError(info) };
+      return { error: this.callerError(toErrorInfo(error, path === NO_PATH ? undefined : safeNormalize(target))) };
     }
+  }
+}
+
+/** The files (source, target) and the target directories of a copy or move. */
+export interface TransferPlan {
+  files: Array<[string, string]>;
+  /** The target directories to make (parents first), and the source directories they mirror. */
+  dirs: string[];
+  sourceDirs: string[];
+}
+
+/** What a copy or move changed, so a failure can put every target and source back. */
+interface TransferOps {
+  read(path: string): Promise<FileData>;
+  readOrNull(path: string): Promise<FileData | null>;
+  put(path: string, data: FileData, overwrite: boolean): Promise<FilesUpdate>;
+  removeMoved(path: string, data: FileData): Promise<FilesUpdate>;
+  deleteQuietly(path: string): Promise<void>;
+  makeDir(path: string): Promise<FilesUpdate>;
+}
+
+class TransferJournal {
+  /** Targets written, each with what it held before (null: nothing). */
+  private readonly written: Array<{ path: string; before: FileData | null }> = [];
+  /** Sources removed by a move, with the data they held. */
+  private readonly removed: Array<{ path: string; data: FileData }> = [];
+  readonly copied: Array<{ source: string; data: FileData }> = [];
+  private readonly changes: Record<string, FileData | null> = {};
+
+  constructor(private readonly backend: TransferOps) {}
+
+  async copy(plan: TransferPlan, overwrite: boolean): Promise<void> {
+    for (const dir of plan.dirs) this.merge(await this.backend.makeDir(dir));
+    for (const [source, target] of plan.files) {
+      const data = await this.backend.read(source);
+      const before = overwrite ? await this.backend.readOrNull(target) : null;
+      this.merge(await this.backend.put(target, data, overwrite));
+      this.written.push({ path: target, before });
+      this.copied.push({ source, data });
+    }
+  }
+
+  async remove(file: { source: string; data: FileData }): Promise<void> {
+    this.merge(await this.backend.removeMoved(file.source, file.data));
+    this.removed.push({ path: file.source, data: file.data });
+  }
+
+  /** Puts back removed sources, then every written target's previous content. */
+  async undo(): Promise<void> {
+    for (const { path, data } of this.removed.reverse()) await this.backend.put(path, data, true).catch(() => undefined);
+    for (const { path, before } of this.written.reverse()) {
+      if (before) await this.backend.put(path, before, true).catch(() => undefined);
+      else await this.backend.deleteQuietly(path);
+    }
+  }
+
+  update(): FilesUpdate {
+    return Object.keys(this.changes).length > 0 ? this.changes : null;
+  }
+
+  private merge(update: FilesUpdate): void {
+    Object.assign(this.changes, update ?? {});
   }
 }
 
@@ -555,14 +697,20 @@ function describeItemError(code: ErrorCode, path: string): StrataError {
   }
 }
 
+/** The options object, copied once: a getter that throws, or a Proxy, is read here and only here. */
 function checkOptions(options: unknown): Options {
   if (options === undefined || options === null) return {};
   if (typeof options !== "object" || Array.isArray(options)) {
     throw errors.invalidArgument(`options must be an object, got ${typeName(options)}`);
   }
-  const signal = (options as Options).signal;
-  if (signal !== undefined && !(signal instanceof AbortSignal)) throw errors.invalidArgument("signal must be an AbortSignal");
-  return options as Options;
+  let copy: Options;
+  try {
+    copy = { ...(options as Options) };
+  } catch {
+    throw errors.invalidArgument("options could not be read (a getter or a Proxy threw)");
+  }
+  if (copy.signal !== undefined && !(copy.signal instanceof AbortSignal)) throw errors.invalidArgument("signal must be an AbortSignal");
+  return copy;
 }
 
 function checkPath(path: unknown): string {
