@@ -321,6 +321,18 @@ export function describeNative(options: NativeOptions): void {
         expect(stderr).toBe("");
       }
       expect(await process.wait()).toEqual({ exitCode: 3 });
+      // A reader that cancels its stream drops the rest; nothing else notices.
+      const chatty = ok(await sandbox.spawn("for i in 1 2 3 4 5; do echo line $i; sleep 0.1; done"), "spawn chatty");
+      const reader = chatty.stdout.getReader();
+      await reader.read();
+      await reader.cancel();
+      expect(await chatty.wait()).toEqual({ exitCode: 0 });
+      // After the end, stdin refuses writes instead of swallowing them.
+      const done = ok(await sandbox.spawn("true"), "spawn true");
+      await done.wait();
+      await expect(done.stdin.getWriter().write(bytes("late"))).rejects.toBeDefined();
+      // A callback that throws loses its own chunk, never the command.
+      expect(ok(await sandbox.execute("echo still here", { onData: () => { throw new Error("caller bug"); } }), "execute").output).toBe("still here\n");
       const sleeper = ok(await sandbox.spawn("sleep 30"), "spawn sleep");
       const started = Date.now();
       await sleeper.kill();

@@ -23,7 +23,7 @@ import { decodeText, fileDataFromBytes, fileDataSize, fileDataText } from "../co
 import { splitLines } from "../core/format.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
-import { type Quota, type Usage, byteCount, checkQuota, timeoutSeconds, validateQuota } from "../core/limits.js";
+import { type Quota, type Usage, byteCount, checkQuota, timeoutSeconds } from "../core/limits.js";
 import { baseName, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import type { Sandbox } from "../core/protocol.js";
 import { checkSpawn, spawnFromExecute } from "./spawn.js";
@@ -69,10 +69,11 @@ import {
   shellQuote,
 } from "./shell.js";
 import { type ExecuteStream, TIMEOUT_EXIT_CODE, streamExecute } from "./output.js";
+import { type SandboxLimits, sandboxLimits } from "./defaults.js";
 
 // Names that lived here before output.ts and shell.ts took them; `strata-workspace/sandboxes/base` keeps exporting them.
 export { MAX_TRANSFER_BYTES, shellQuote };
-export { DEFAULT_MAX_OUTPUT_BYTES, OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage, type ExecuteStream } from "./output.js";
+export { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage, type ExecuteStream } from "./output.js";
 
 /** Output limit of the derived file operations: base64 of MAX_TRANSFER_BYTES plus listing overhead. */
 const FILE_OP_OUTPUT_BYTES = Math.ceil((MAX_TRANSFER_BYTES * 4) / 3) + 16 * 1024 * 1024;
@@ -80,17 +81,47 @@ const FILE_OP_OUTPUT_BYTES = Math.ceil((MAX_TRANSFER_BYTES * 4) / 3) + 16 * 1024
 const MAX_WINDOW_BYTES = 16 * 1024 * 1024;
 /** Attempts of an edit whose compare-and-swap keeps losing to other writers before it answers `conflict`. */
 const EDIT_ATTEMPTS = 32;
-/** A sandbox workspace's quota unless its options say otherwise. */
-export const DEFAULT_SANDBOX_QUOTA: Readonly<Required<Quota>> = { maxBytes: 1024 * 1024 * 1024, maxFiles: 100_000 };
+/**
+ * How far a sandbox's commands are kept from the host: a separate process
+ * (local), Linux namespaces (bubblewrap), a container (docker), another
+ * machine's account (ssh). Every sandbox reports it as `isolation`, and the
+ * runtime's providers as `capabilities().isolation`.
+ */
+export type IsolationLevel = "process" | "namespace" | "container" | "remote";
 
-/** Options every sandbox takes. */
+/**
+ * Whether a sandbox's commands reach a network: false (the default wherever
+ * a sandbox can cut it) gives them none, only their own loopback; true gives
+ * them the network of the environment they run in (the host's for
+ * bubblewrap; Docker's default bridge, where `dockerNetwork` names another).
+ */
+export type NetworkAccess = boolean;
+
+/**
+ * Options every sandbox takes. `workspace` is each sandbox's own option: the
+ * directory holding the files, named as the environment that owns them
+ * names it (a host directory for local and bubblewrap, a directory inside
+ * the container for docker, a directory on the remote machine for ssh).
+ */
 export interface BaseSandboxOptions {
   /**
-   * Limits on the workspace (default DEFAULT_SANDBOX_QUOTA; a given field
+   * Limits on the workspace (default SANDBOX_DEFAULTS.quota; a given field
    * replaces its default; `false` for none). Writes, edits and uploads that
    * would pass it answer `quota_exceeded`; commands are not limited by it.
    */
   quota?: Quota | false;
+  /** Seconds a command may run when its call gives no timeout (default SANDBOX_DEFAULTS.timeoutSeconds, 300). */
+  timeout?: number;
+  /** Output bytes kept per command (default SANDBOX_DEFAULTS.maxOutputBytes, 1 MiB); past 64 times that, the command is killed. */
+  maxOutputBytes?: number;
+}
+
+/** Limits on a sandbox's processes together, for the sandboxes that can set them (bubblewrap, docker). */
+export interface ResourceLimitOptions {
+  /** Memory for all of the sandbox's processes together, in MiB (default SANDBOX_DEFAULTS.memoryMb, 1024). */
+  memoryMb?: number;
+  /** Processes (and threads) the sandbox may hold at once (default SANDBOX_DEFAULTS.maxProcesses, 256; stops fork bombs). */
+  maxProcesses?: number;
 }
 
 /** An environment variable name a process can receive: not empty, no `=`, no NUL. */
@@ -129,6 +160,16 @@ function checkExecute(command: unknown, options: unknown): ExecuteOptions {
 }
 
 
+/** The options object read once: a getter or a Proxy that throws is `invalid_argument`, never a rejection. */
+function readOptions<T>(options: T): T {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) return options;
+  try {
+    return { ...options };
+  } catch {
+    throw errors.invalidArgument("options could not be read (a getter or a Proxy threw)");
+  }
+}
+
 /** A command stopped by its caller's signal answers `aborted`, with the reason the caller gave. */
 function abortedBy(signal: AbortSignal | undefined, error: unknown): unknown {
   if (!signal?.aborted || error !== signal.reason || error instanceof StrataError) return error;
@@ -143,6 +184,8 @@ function abortedBy(signal: AbortSignal | undefined, error: unknown): unknown {
  */
 export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   abstract readonly id: string;
+  /** How far commands are kept from the host. */
+  abstract readonly isolation: IsolationLevel;
   /** Absolute path of the workspace inside the sandbox; virtual "/" maps here. Commands run here by default. */
   abstract readonly workspace: string;
   /** Runs `command` with `/bin/sh -c` in the workspace (or `options.cwd`, a virtual path); may throw a StrataError. */
@@ -166,6 +209,8 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   private readonly scriptSlots = new Slots(() => this.fileOperationConcurrency);
   /** The workspace quota, undefined for none. */
   readonly quota: Quota | undefined;
+  /** The sandbox's limit options, checked and with SANDBOX_DEFAULTS filled in. */
+  protected readonly settings: SandboxLimits;
   private isClosed = false;
   /** One controller per running command, so close() stops each without a listener on a shared signal. */
   private readonly liveCommands = new Set<AbortController>();
@@ -175,13 +220,10 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   /** Workspace usage as last measured plus the deltas of our own writes; undefined once a command may have changed it. */
   private usage: Usage | undefined;
 
-  constructor(options: BaseSandboxOptions = {}) {
+  constructor(options: BaseSandboxOptions & ResourceLimitOptions = {}) {
     super();
-    const quota = options.quota;
-    if (quota !== undefined && quota !== false && (typeof quota !== "object" || quota === null)) {
-      throw errors.invalidArgument("quota must be an object { maxBytes?, maxFiles? } or false");
-    }
-    this.quota = quota === false ? undefined : validateQuota({ ...DEFAULT_SANDBOX_QUOTA, ...quota });
+    this.settings = sandboxLimits(options);
+    this.quota = this.settings.quota;
     this.guardEntryPoints();
   }
 
@@ -239,10 +281,12 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
 
   /** The native `execute`: a bare number where the options belong is `invalid_argument` (`toSeedProtocol` takes the seeds' `execute(cmd, timeout)`). */
   async execute(command: string, options?: ExecuteOptions): Promise<Result<ExecuteResponse>> {
+    let copy: ExecuteOptions | undefined;
     try {
-      return await this.doExecute(command, this.driverOptions(options));
+      copy = readOptions(options);
+      return await this.doExecute(command, this.driverOptions(copy));
     } catch (error) {
-      return { error: this.callerError(toErrorInfo(this.closedIfClosing(abortedBy(options?.signal, error)))) };
+      return { error: this.callerError(toErrorInfo(this.closedIfClosing(abortedBy(copy?.signal, error)))) };
     }
   }
 
@@ -264,10 +308,10 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   /** Starts a command with live streams; see `SpawnedProcess`. */
   async spawn(command: string, options: SpawnOptions = {}): Promise<Result<SpawnedProcess>> {
     try {
-      const checked = this.driverOptions(checkSpawn(options));
+      const checked = this.driverOptions(checkSpawn(readOptions(options)));
       checkExecute(command, checked);
       this.assertOpen();
-      return spawnFromExecute((run) => this.doExecute(command, { ...checked, ...run }), checked.signal);
+      return spawnFromExecute((run) => this.doExecute(command, { ...checked, ...run }), checked.signal, (error) => this.callerError(error));
     } catch (error) {
       return { error: this.callerError(toErrorInfo(error)) };
     }

@@ -32,8 +32,8 @@ import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
 import { normalizePath } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { FilesystemBackend } from "../backends/filesystem.js";
-import { BaseSandbox, type BaseSandboxOptions } from "./base.js";
-import { DEFAULT_MAX_OUTPUT_BYTES } from "./output.js";
+import { BaseSandbox, type BaseSandboxOptions, type IsolationLevel, type NetworkAccess, type ResourceLimitOptions } from "./base.js";
+import { positiveInteger } from "./defaults.js";
 import { checkTimeout, runProcess } from "./process.js";
 import { checkCommand } from "./remote-command.js";
 import { createCgroups, oomKills, removeCgroup } from "./cgroups.js";
@@ -59,26 +59,23 @@ import { lockName } from "./shell.js";
 
 export type { SandboxUser } from "./bubblewrap-host.js";
 
-export interface BubblewrapSandboxOptions extends BaseSandboxOptions {
+/**
+ * `quota`, `timeout` and `maxOutputBytes`: BaseSandboxOptions; `memoryMb`
+ * and `maxProcesses`: ResourceLimitOptions (defaults in SANDBOX_DEFAULTS).
+ */
+export interface BubblewrapSandboxOptions extends BaseSandboxOptions, ResourceLimitOptions {
   /**
-   * Host directory mounted at /workspace. Default: a fresh temporary
+   * The workspace: a host directory, mounted at /workspace inside the
+   * sandbox. Default: a fresh temporary
    * directory, removed by `close()`. When this process is root, the
    * directory and everything in it (directories and singly-linked files;
    * never symlinks) is handed to `sandboxUser` before the first command.
    */
   workspace?: string;
-  /** Share the host's network (default false: a private network namespace with only its own loopback). */
-  network?: boolean;
-  /** Memory for all of the sandbox's processes together, in MiB (default 1024). */
-  memoryMb?: number;
-  /** Processes (and threads) the sandbox may have at once (default 256). */
-  maxProcesses?: number;
+  /** true: the host's network. Default false: a private network namespace with only its own loopback. */
+  network?: NetworkAccess;
   /** CPU seconds each process may use (default: no limit; the timeout bounds wall time). */
   cpuSeconds?: number;
-  /** Output bytes kept per command (default 1 MiB); past 64 times that, the command is killed. */
-  maxOutputBytes?: number;
-  /** Seconds a command may run when the call gives no timeout (default 300). */
-  timeout?: number;
   /**
    * Put the sandbox in cgroups for its memory and process limits (default
    * true, when this process may create them). false: rlimits only, which
@@ -102,7 +99,7 @@ export interface BubblewrapSandboxOptions extends BaseSandboxOptions {
    * this process is not root: commands then run as this process's own user.
    */
   sandboxUser?: SandboxUser;
-  // `quota` (BaseSandboxOptions, default DEFAULT_SANDBOX_QUOTA): `maxBytes` also bounds every single file
+  // `quota` (BaseSandboxOptions, default SANDBOX_DEFAULTS.quota): `maxBytes` also bounds every single file
   // a command writes (RLIMIT_FSIZE: the write fails, the writer gets SIGXFSZ) and the private /tmp as a
   // whole (a sized tmpfs); uploads are held to the whole quota. Commands are not held to a total across
   // many files; see docs/sandboxes.md.
@@ -143,7 +140,7 @@ const UPLOAD_CONCURRENCY = 8;
 
 export class BubblewrapSandbox extends BaseSandbox {
   /** How far commands are contained. */
-  readonly isolation = "namespaces" as const;
+  readonly isolation: IsolationLevel = "namespace";
   readonly id: string;
   readonly workspace = SANDBOX_WORKSPACE;
   /** The workspace directory on the host (symlinks resolved). */
@@ -160,18 +157,13 @@ export class BubblewrapSandbox extends BaseSandbox {
 
   constructor(private readonly options: BubblewrapSandboxOptions = {}) {
     super(options);
-    checkTimeout(options.timeout);
-    for (const key of ["memoryMb", "maxProcesses", "cpuSeconds", "maxOutputBytes"] as const) {
-      const value = options[key];
-      if (value !== undefined && !(Number.isInteger(value) && value > 0)) {
-        throw errors.invalidArgument(`${key} must be a positive integer, got ${String(value)}`);
-      }
-    }
+    positiveInteger(options.cpuSeconds, "cpuSeconds");
+    if (options.network !== undefined && typeof options.network !== "boolean") throw errors.invalidArgument("network must be true or false");
     checkCommand("", options.env);
     this.baseEnv = { ...options.env };
     this.quotaBytes = this.quota?.maxBytes;
-    this.memoryBytes = (options.memoryMb ?? 1024) * 1024 * 1024;
-    this.maxProcesses = options.maxProcesses ?? 256;
+    this.memoryBytes = this.settings.memoryMb * 1024 * 1024;
+    this.maxProcesses = this.settings.maxProcesses;
     this.sandboxUser = hostUser(options.sandboxUser === undefined ? undefined : validateSandboxUser(options.sandboxUser));
     this.ownsWorkspace = options.workspace === undefined;
     // A random name under the temporary directory: the one host path a command can learn (mountinfo) says nothing else.
@@ -181,7 +173,7 @@ export class BubblewrapSandbox extends BaseSandbox {
     }
     this.hostWorkspace = realpathSync(dir);
     if (this.ownsWorkspace && this.sandboxUser) chownSync(this.hostWorkspace, this.sandboxUser.uid, this.sandboxUser.gid);
-    this.hostFiles = new FilesystemBackend({ rootDir: this.hostWorkspace, quota: this.quota });
+    this.hostFiles = new FilesystemBackend({ workspace: this.hostWorkspace, quota: this.quota });
     this.id = `bwrap-${process.pid}-${++counter}`;
   }
 
@@ -210,7 +202,7 @@ export class BubblewrapSandbox extends BaseSandbox {
     this.checkCwd(cwd);
     const setup = await this.ready();
     this.assertOpen();
-    const maxOutputBytes = options.maxOutputBytes ?? this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+    const maxOutputBytes = options.maxOutputBytes ?? this.settings.maxOutputBytes;
     const env = { ...setup.env, ...options.env };
     const bwrapArgs = ["--args", "3", "--clearenv"];
     for (const [name, value] of Object.entries(env)) bwrapArgs.push("--setenv", name, value);
@@ -221,9 +213,10 @@ export class BubblewrapSandbox extends BaseSandbox {
       cwd: "/",
       env: { ...LAUNCHER_ENV },
       stdin: options.stdin,
-      timeout: options.timeout ?? this.options.timeout ?? 300,
+      timeout: options.timeout ?? this.settings.timeoutSeconds,
       maxOutputBytes,
-      killAfterBytes: Math.max(maxOutputBytes, (this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES) * 64),
+      // A caller streaming the raw output (spawn) keeps its own bound on what waits unread.
+      killAfterBytes: options.onData ? Number.MAX_SAFE_INTEGER : Math.max(maxOutputBytes, this.settings.maxOutputBytes * 64),
       onOutput: options.onOutput,
       onData: options.onData,
       signal: this.commandSignal(options.signal),
@@ -366,7 +359,7 @@ export class BubblewrapSandbox extends BaseSandbox {
       "--unshare-ipc",
       "--unshare-uts",
       "--unshare-cgroup-try",
-      ...(this.options.network ? [] : ["--unshare-net"]),
+      ...(this.options.network === true ? [] : ["--unshare-net"]),
       "--die-with-parent",
       "--new-session",
       "--hostname",
@@ -383,7 +376,7 @@ export class BubblewrapSandbox extends BaseSandbox {
     const gid = user?.gid ?? process.getgid?.() ?? 0;
     args.push("--ro-bind", sandboxEtc(uid, gid), "/etc");
     // Often a symlink into /run; bwrap binds what it points to.
-    if (this.options.network && existsSync("/etc/resolv.conf")) args.push("--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf");
+    if (this.options.network === true && existsSync("/etc/resolv.conf")) args.push("--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf");
     args.push("--proc", "/proc", "--dev", "/dev");
     // A size of 0 would mean "no limit" to tmpfs.
     if (this.quotaBytes !== undefined) args.push("--size", String(Math.max(this.quotaBytes, 1)));

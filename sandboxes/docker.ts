@@ -49,8 +49,8 @@ import { timeoutSeconds } from "../core/limits.js";
 import { normalizePath } from "../core/paths.js";
 import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
-import { BaseSandbox, type BaseSandboxOptions } from "./base.js";
-import { DEFAULT_MAX_OUTPUT_BYTES } from "./output.js";
+import { BaseSandbox, type BaseSandboxOptions, type IsolationLevel, type NetworkAccess, type ResourceLimitOptions } from "./base.js";
+import { sandboxLimits } from "./defaults.js";
 import { MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 import { feedStdin } from "./process.js";
 import { LOCK_FN, lockName } from "./shell.js";
@@ -59,12 +59,17 @@ import { optionalPackage } from "../stores/optional-package.js";
 /** The dockerode package, loaded when a DockerSandbox first makes a client (an optional peer dependency). */
 const dockerode = optionalPackage<typeof Docker>("dockerode", "DockerSandbox");
 
-export interface DockerSandboxOptions extends BaseSandboxOptions {
+/**
+ * `quota`, `timeout` and `maxOutputBytes`: BaseSandboxOptions; `memoryMb`
+ * and `maxProcesses`: ResourceLimitOptions, applied to a created container
+ * (defaults in SANDBOX_DEFAULTS; swap counts towards the memory).
+ */
+export interface DockerSandboxOptions extends BaseSandboxOptions, ResourceLimitOptions {
   /**
-   * Workspace directory inside the container; virtual "/" maps here. Default "/workspace".
+   * The workspace: a directory inside the container. Default "/workspace".
    * `create` mounts a volume there; `attach` creates it if missing (owned by `user`).
    */
-  workDir?: string;
+  workspace?: string;
   /** A Dockerode client, or the daemon's unix socket path. Default: DOCKER_HOST, else /var/run/docker.sock. */
   docker?: Docker | string;
   /**
@@ -74,18 +79,20 @@ export interface DockerSandboxOptions extends BaseSandboxOptions {
    * on the host.
    */
   user?: string;
-  /** Network mode of a created container. Default "none": no network at all. */
-  network?: string;
-  /** Memory limit of a created container, in MiB (swap included). Default 1024. */
-  memoryMb?: number;
+  /**
+   * A created container's network. Default false: none at all (Docker's
+   * "none" network, only a loopback). true: Docker's default bridge, or the
+   * network `dockerNetwork` names.
+   */
+  network?: NetworkAccess;
+  /**
+   * The Docker network a created container joins ("host", a user-defined
+   * network, …) when `network` is true or left out; with `network: false` it
+   * is `invalid_argument`. Default: the default bridge.
+   */
+  dockerNetwork?: string;
   /** CPU limit of a created container, in CPUs (1.5 = one and a half). Default: none. */
   cpus?: number;
-  /** Most processes a created container may hold at once (stops fork bombs). Default 256. */
-  pidsLimit?: number;
-  /** Output bytes kept per command (default 1 MiB); past 64 times that, the command is killed. */
-  maxOutputBytes?: number;
-  /** Seconds a command may run when the call gives no timeout. Default 300. */
-  timeout?: number;
   /**
    * Seconds a created container lives, enforced inside it: its first process
    * exits at the deadline and the daemon removes the container and its
@@ -93,7 +100,7 @@ export interface DockerSandboxOptions extends BaseSandboxOptions {
    * also a label (`strata.deadline`, Unix seconds), so `sweepExpired` (run by
    * every `create`) removes one that outlived it. Default: no limit.
    */
-  lifetime?: number;
+  lifetimeSeconds?: number;
   /** Environment of every command, on top of the image's. */
   env?: Record<string, string>;
   /** Labels of a created container. */
@@ -295,7 +302,7 @@ interface RunInfo {
 
 export class DockerSandbox extends BaseSandbox {
   /** How far commands are contained: a container of their own. */
-  readonly isolation = "container" as const;
+  readonly isolation: IsolationLevel = "container";
   /** The container's id. */
   readonly id: string;
   readonly workspace: string;
@@ -308,7 +315,7 @@ export class DockerSandbox extends BaseSandbox {
 
   private constructor(
     /** The Dockerode client: the escape hatch to anything this class does not cover. */
-    readonly docker: Docker,
+    readonly client: Docker,
     readonly container: Docker.Container,
     workspace: string,
     private readonly options: DockerSandboxOptions,
@@ -323,13 +330,14 @@ export class DockerSandbox extends BaseSandbox {
 
   /**
    * Creates and starts a container from `image` (which must be present;
-   * nothing is pulled). First removes containers whose `lifetime` ran out
+   * nothing is pulled). First removes containers whose `lifetimeSeconds` ran out
    * (`sweepExpired`), in case their first process could not stop them.
    */
   static async create(options: DockerSandboxOptions & { image: string }): Promise<DockerSandbox> {
     const workspace = checkOptions(options);
-    if (workspace === "/") throw errors.invalidArgument("DockerSandbox workDir must be a directory below '/'");
-    const lifetime = options.lifetime === undefined ? undefined : timeoutSeconds(options.lifetime, "lifetime");
+    if (workspace === "/") throw errors.invalidArgument("DockerSandbox workspace must be a directory below '/'");
+    const lifetime = options.lifetimeSeconds === undefined ? undefined : timeoutSeconds(options.lifetimeSeconds, "lifetimeSeconds");
+    const networkMode = networkModeOf(options);
     const docker = dockerClient(options.docker);
     const limits = resourceLimits(options);
     await DockerSandbox.sweepExpired(docker).catch(() => undefined);
@@ -345,7 +353,7 @@ export class DockerSandbox extends BaseSandbox {
         // An anonymous volume: writable under a read-only root, kept across restarts, removed with the container.
         Volumes: { [workspace]: {} },
         HostConfig: {
-          NetworkMode: options.network ?? "none",
+          NetworkMode: networkMode,
           SecurityOpt: ["no-new-privileges:true"],
           ReadonlyRootfs: options.readOnlyRoot ?? true,
           Tmpfs: { "/tmp": "rw,nosuid,nodev,mode=1777" },
@@ -409,11 +417,11 @@ export class DockerSandbox extends BaseSandbox {
   protected async doExecute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     this.assertOpen();
     checkCommand(command, options.env);
-    const timeout = timeoutSeconds(options.timeout ?? this.options.timeout ?? 300);
+    const timeout = options.timeout ?? this.settings.timeoutSeconds;
     const cwd = normalizePath(options.cwd ?? "/");
     const marker = newMarker();
     const stdin = options.stdin;
-    const sandboxMax = this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+    const sandboxMax = this.settings.maxOutputBytes;
     const maxOutputBytes = options.maxOutputBytes ?? sandboxMax;
 
     // The caller's environment goes into the exec's configuration only: it reaches the command inside the container, no host process.
@@ -441,7 +449,8 @@ export class DockerSandbox extends BaseSandbox {
       cwd,
       timeout,
       maxOutputBytes,
-      killAfterBytes: Math.max(maxOutputBytes, sandboxMax * 64),
+      // A caller streaming the raw output (spawn) keeps its own bound on what waits unread.
+      killAfterBytes: options.onData ? Number.MAX_SAFE_INTEGER : Math.max(maxOutputBytes, sandboxMax * 64),
       onOutput: options.onOutput,
       onData: options.onData,
       // close() aborts this signal too: the command is killed and the call rejects with sandbox_closed.
@@ -452,7 +461,7 @@ export class DockerSandbox extends BaseSandbox {
     });
     let prelude = "";
     let preludeDone = false;
-    this.docker.modem.demuxStream(
+    this.client.modem.demuxStream(
       stream,
       sink((chunk) => run.stdout(chunk)),
       sink((chunk) => {
@@ -478,7 +487,7 @@ export class DockerSandbox extends BaseSandbox {
     stream.on("end", end).on("close", end).on("error", (error) => run.fail(this.containerError(error)));
     if (stdin !== undefined) {
       // Half-closing the hijacked connection is what gives the command end-of-file on its stdin.
-      feedStdin(stdin, (chunk) => stream.write(chunk), () => stream.end());
+      feedStdin(stdin, stream);
     }
     return run.result;
   }
@@ -597,7 +606,7 @@ export class DockerSandbox extends BaseSandbox {
     const exec = await this.container.exec({ Cmd: argv, User: options.user, AttachStdin: withStdin, AttachStdout: true, AttachStderr: true, Tty: false });
     const stream = await exec.start({ hijack: true, stdin: withStdin });
     const chunks: Buffer[] = [];
-    this.docker.modem.demuxStream(stream, options.stdout ?? sink((chunk) => chunks.push(Buffer.from(chunk))), sink(() => undefined));
+    this.client.modem.demuxStream(stream, options.stdout ?? sink((chunk) => chunks.push(Buffer.from(chunk))), sink(() => undefined));
     const done = new Promise<void>((resolve, reject) => {
       stream.on("end", resolve).on("close", resolve).on("error", reject);
     });
@@ -768,13 +777,14 @@ function* argvBatches<T>(items: T[], name: (item: T) => string, size: (item: T) 
   }
 }
 
-/** Validates what create and attach share; returns the workspace. */
+/** Validates what create and attach share, before either reaches the daemon; returns the workspace. */
 function checkOptions(options: DockerSandboxOptions): string {
-  if (options.timeout !== undefined) timeoutSeconds(options.timeout);
+  sandboxLimits(options);
   if (options.user !== undefined && (typeof options.user !== "string" || !USER_PATTERN.test(options.user))) {
     throw errors.invalidArgument(`user must be a numeric "uid:gid", got ${JSON.stringify(options.user)}`);
   }
-  return normalizePath(options.workDir ?? "/workspace");
+  if (options.workspace !== undefined && typeof options.workspace !== "string") throw errors.invalidArgument("DockerSandbox workspace must be a path");
+  return normalizePath(options.workspace ?? "/workspace");
 }
 
 function uploadError(status: string | undefined): ErrorCode | null {
@@ -803,22 +813,35 @@ function dockerClient(docker: Docker | string | undefined): Docker {
   return new Client();
 }
 
+/** A created container's memory, process and CPU limits (memoryMb and maxProcesses checked by sandboxLimits). */
 function resourceLimits(options: DockerSandboxOptions): Docker.HostConfig {
-  const positive = (name: string, value: number | undefined) => {
-    if (value !== undefined && !(typeof value === "number" && value > 0 && Number.isFinite(value))) {
-      throw errors.invalidArgument(`${name} must be a positive number, got ${String(value)}`);
-    }
-  };
-  positive("memoryMb", options.memoryMb);
-  positive("cpus", options.cpus);
-  positive("pidsLimit", options.pidsLimit);
-  const memory = Math.round((options.memoryMb ?? 1024) * 1024 * 1024);
+  const { memoryMb, maxProcesses } = sandboxLimits(options);
+  if (options.cpus !== undefined && !(typeof options.cpus === "number" && options.cpus > 0 && Number.isFinite(options.cpus))) {
+    throw errors.invalidArgument(`cpus must be a positive number, got ${String(options.cpus)}`);
+  }
+  const memory = memoryMb * 1024 * 1024;
   return {
     Memory: memory,
     MemorySwap: memory,
-    PidsLimit: Math.round(options.pidsLimit ?? 256),
+    PidsLimit: maxProcesses,
     ...(options.cpus === undefined ? {} : { NanoCpus: Math.round(options.cpus * 1e9) }),
   };
+}
+
+/** A created container's NetworkMode: "none" unless `network` is true or `dockerNetwork` names one. */
+function networkModeOf(options: DockerSandboxOptions): string {
+  const { network, dockerNetwork } = options;
+  if (network !== undefined && typeof network !== "boolean") {
+    throw errors.invalidArgument("network must be true or false; name a Docker network with dockerNetwork");
+  }
+  if (dockerNetwork !== undefined && (typeof dockerNetwork !== "string" || dockerNetwork === "")) {
+    throw errors.invalidArgument("dockerNetwork must be the name of a Docker network");
+  }
+  if (network === false && dockerNetwork !== undefined) {
+    throw errors.invalidArgument("network: false gives no network; dockerNetwork names one: give one or the other");
+  }
+  if (dockerNetwork !== undefined) return dockerNetwork;
+  return network === true ? "bridge" : "none";
 }
 
 /** A Writable that hands each chunk to `write`. */

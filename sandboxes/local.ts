@@ -23,18 +23,17 @@ import { toFileDataV2 } from "../core/filedata.js";
 import { normalizePath } from "../core/paths.js";
 import { toSeedProtocol as seed } from "../core/seed.js";
 import type { DeleteResult, EditResult, ExecuteOptions, ExecuteResponse, FileDataV2, FileInfo, FilesUpdate, GrepResult, WriteResult } from "../core/types.js";
-import { BaseSandbox, type BaseSandboxOptions } from "./base.js";
-import { DEFAULT_MAX_OUTPUT_BYTES } from "./output.js";
+import { BaseSandbox, type BaseSandboxOptions, type IsolationLevel } from "./base.js";
 import { checkTimeout, runProcess } from "./process.js";
 
-/** `quota` (BaseSandboxOptions) limits write, edit and upload in the workspace: default DEFAULT_SANDBOX_QUOTA, `false` for none. */
+/**
+ * `quota`, `timeout` and `maxOutputBytes`: BaseSandboxOptions (defaults in
+ * SANDBOX_DEFAULTS). `quota` limits write, edit and upload in the workspace.
+ * Commands have the host's network, always: this sandbox cannot cut it.
+ */
 export interface LocalSandboxOptions extends BaseSandboxOptions {
-  /** Host directory the workspace lives in. Default: a fresh temporary directory, removed by `close()`. */
+  /** The workspace: a host directory. Default: a fresh temporary directory, removed by `close()`. */
   workspace?: string;
-  /** Seconds a command may run when the call gives no timeout (default 300). */
-  timeout?: number;
-  /** Output bytes kept per command (default 1 MiB); past 64 times that, the command is killed. */
-  maxOutputBytes?: number;
   /**
    * Environment of every command. Default: PATH from this process, HOME set
    * to the workspace, LANG=C.UTF-8; nothing else leaks from this process's
@@ -47,7 +46,7 @@ let counter = 0;
 
 export class LocalSandbox extends BaseSandbox {
   /** How far commands are contained: a separate process, nothing more. */
-  readonly isolation = "process" as const;
+  readonly isolation: IsolationLevel = "process";
   readonly id: string;
   /** The workspace directory on the host (symlinks resolved); virtual "/" maps here. */
   readonly workspace: string;
@@ -56,9 +55,8 @@ export class LocalSandbox extends BaseSandbox {
   private readonly env: Record<string, string>;
   protected override uploadsKeepQuota = true;
 
-  constructor(private readonly options: LocalSandboxOptions = {}) {
+  constructor(options: LocalSandboxOptions = {}) {
     super(options);
-    checkTimeout(options.timeout);
     this.ownsWorkspace = options.workspace === undefined;
     const dir = options.workspace ?? mkdtempSync(nodePath.join(tmpdir(), "strata-local-"));
     if (!statSync(dir, { throwIfNoEntry: false })?.isDirectory()) {
@@ -67,7 +65,7 @@ export class LocalSandbox extends BaseSandbox {
     this.workspace = realpathSync(dir);
     this.id = `local-${process.pid}-${++counter}`;
     // The sandbox's quota (defaults applied by BaseSandbox), kept by the backend every file operation goes through.
-    this.files = new FilesystemBackend({ rootDir: this.workspace, quota: this.quota });
+    this.files = new FilesystemBackend({ workspace: this.workspace, quota: this.quota });
     this.env = options.env ?? { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", HOME: this.workspace, LANG: "C.UTF-8" };
   }
 
@@ -80,16 +78,17 @@ export class LocalSandbox extends BaseSandbox {
     if (!statSync(cwd, { throwIfNoEntry: false })?.isDirectory()) {
       throw errors.notFound(normalizePath(options.cwd ?? "/"));
     }
-    const maxOutputBytes = options.maxOutputBytes ?? this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
+    const maxOutputBytes = options.maxOutputBytes ?? this.settings.maxOutputBytes;
     return runProcess({
       file: "/bin/sh",
       args: ["-c", command],
       cwd,
       env: { ...this.env, ...options.env },
       stdin: options.stdin,
-      timeout: options.timeout ?? this.options.timeout ?? 300,
+      timeout: options.timeout ?? this.settings.timeoutSeconds,
       maxOutputBytes,
-      killAfterBytes: Math.max(maxOutputBytes, (this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES) * 64),
+      // A caller streaming the raw output (spawn) keeps its own bound on what waits unread.
+      killAfterBytes: options.onData ? Number.MAX_SAFE_INTEGER : Math.max(maxOutputBytes, this.settings.maxOutputBytes * 64),
       onOutput: options.onOutput,
       onData: options.onData,
       signal: this.commandSignal(options.signal),

@@ -6,11 +6,10 @@
  * nothing of the class.
  */
 import type { ExecuteOptions, ExecuteResponse, Result } from "../core/types.js";
+import { SANDBOX_DEFAULTS } from "./defaults.js";
 
 /** Exit code of a command killed by its timeout (as GNU `timeout` reports it). */
 export const TIMEOUT_EXIT_CODE = 124;
-/** Output kept per command unless the sandbox or the call says otherwise. */
-export const DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024;
 
 /** The message appended to a command's output when its timeout killed it. */
 export function timeoutMessage(seconds: number): string {
@@ -30,17 +29,26 @@ export class OutputCollector {
   totalBytes = 0;
 
   constructor(
-    readonly maxBytes: number = DEFAULT_MAX_OUTPUT_BYTES,
+    readonly maxBytes: number = SANDBOX_DEFAULTS.maxOutputBytes,
     private readonly onOutput?: (chunk: string) => void,
     private readonly onData?: (chunk: Uint8Array, stream: "stdout" | "stderr") => void,
   ) {}
+
+  /** A caller's callback that throws loses its own chunk, never the command or the process (its error is dropped). */
+  private deliver(callback: () => void): void {
+    try {
+      callback();
+    } catch {
+      // The caller's bug; the output is still collected.
+    }
+  }
 
   get truncated(): boolean {
     return this.totalBytes > this.kept;
   }
 
   push(chunk: Uint8Array, source: "stdout" | "stderr" = "stdout"): void {
-    this.onData?.(chunk, source);
+    this.deliver(() => this.onData?.(chunk, source));
     this.totalBytes += chunk.length;
     const room = this.maxBytes - this.kept;
     if (room <= 0) return;
@@ -51,7 +59,7 @@ export class OutputCollector {
     const text = decoder.decode(head, { stream: true });
     if (text === "") return;
     this.parts.push(text);
-    this.onOutput?.(text);
+    this.deliver(() => this.onOutput?.(text));
   }
 
   /** The kept output; a character cut by the byte limit is dropped rather than garbled. */

@@ -6,16 +6,16 @@
  * without a head-keeping cap, hence this small runner.
  */
 import { spawn } from "node:child_process";
+import type { Writable } from "node:stream";
 import { constants } from "node:os";
 import { StrataError, errors } from "../core/errors.js";
 import { timeoutSeconds } from "../core/limits.js";
 import type { ExecuteResponse } from "../core/types.js";
+import { SANDBOX_DEFAULTS } from "./defaults.js";
 import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./output.js";
 
 /** Linux's limit on one argv string (MAX_ARG_STRLEN). */
 const MAX_ARG_BYTES = 128 * 1024;
-/** How long stdout/stderr may stay open after the command exits, held by a background child, before the group is killed. */
-const DRAIN_GRACE_MS = 100;
 
 export interface ProcessRun {
   file: string;
@@ -126,29 +126,48 @@ export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
         killGroup();
         openStreams = 0;
         maybeDone();
-      }, DRAIN_GRACE_MS);
+      }, SANDBOX_DEFAULTS.killGraceMs);
       maybeDone();
     });
 
     // The command may exit without reading its input; a broken pipe is not an error.
     child.stdin.on("error", () => undefined);
-    feedStdin(run.stdin, (chunk) => child.stdin.write(chunk), () => child.stdin.end());
+    feedStdin(run.stdin, child.stdin);
   });
 }
 
-/** Feeds a command's stdin from bytes, text or a stream written as it comes; ends it when the input ends. */
-export function feedStdin(stdin: ProcessRun["stdin"], write: (chunk: Uint8Array | string) => void, end: () => void): void {
+/**
+ * Feeds a command's stdin from bytes, text or a stream written as it comes,
+ * waiting whenever the command is not reading (backpressure), and ends it
+ * when the input ends. A stream that fails, or yields something that is not
+ * bytes, ends the input there.
+ */
+export function feedStdin(stdin: ProcessRun["stdin"], target: Writable): void {
   if (!(stdin instanceof ReadableStream)) {
-    if (stdin !== undefined && stdin.length > 0) write(stdin);
-    end();
+    if (stdin !== undefined && stdin.length > 0) target.end(stdin);
+    else target.end();
     return;
   }
   void (async () => {
     try {
-      for await (const chunk of stdin as unknown as AsyncIterable<Uint8Array>) write(chunk);
+      for await (const chunk of stdin as unknown as AsyncIterable<unknown>) {
+        if (!(chunk instanceof Uint8Array) || target.destroyed) break;
+        if (!target.write(chunk)) await drained(target);
+      }
     } catch {
       // A writer that aborts its stream ends the input, as closing it would.
     }
-    end();
+    if (!target.destroyed) target.end();
   })();
+}
+
+/** Settles when `target` can take more, or will never take any. */
+function drained(target: Writable): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      target.off("drain", done).off("close", done).off("error", done);
+      resolve();
+    };
+    target.on("drain", done).on("close", done).on("error", done);
+  });
 }

@@ -21,11 +21,11 @@ import type { ClientChannel, ConnectConfig, SFTPWrapper, Stats } from "ssh2";
 import { Slots, mapLimit } from "../core/concurrency.js";
 import { StrataError, errors, isStrataError, type ErrorCode } from "../core/errors.js";
 import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
-import { byteCount, timeoutSeconds } from "../core/limits.js";
+import { timeoutSeconds } from "../core/limits.js";
 import { baseName, normalizePath, parentOf } from "../core/paths.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
-import { BaseSandbox, type BaseSandboxOptions } from "./base.js";
-import { DEFAULT_MAX_OUTPUT_BYTES } from "./output.js";
+import { BaseSandbox, type BaseSandboxOptions, type IsolationLevel } from "./base.js";
+import { sandboxLimits } from "./defaults.js";
 import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 import { feedStdin } from "./process.js";
 import { LOCK_FN, int, shellQuote, statusError, tempName } from "./shell.js";
@@ -55,6 +55,11 @@ fin() {
   echo "$st"
 }`;
 
+/**
+ * `quota`, `timeout` and `maxOutputBytes`: BaseSandboxOptions (defaults in
+ * SANDBOX_DEFAULTS). Commands have the remote machine's network: this
+ * sandbox cannot cut it.
+ */
 export interface SshSandboxOptions extends BaseSandboxOptions {
   host: string;
   /** Default 22. */
@@ -79,21 +84,17 @@ export interface SshSandboxOptions extends BaseSandboxOptions {
    * sent. For throwaway test machines only.
    */
   insecureAcceptAnyHostKey?: true;
-  /** Absolute path of the workspace on the remote machine; created if missing. */
+  /** The workspace: an absolute directory on the remote machine; created if missing. */
   workspace: string;
-  /** Output bytes kept per command (default 1 MiB); past 64 times that, the command is killed. */
-  maxOutputBytes?: number;
-  /** Seconds a command may run when the call gives no timeout. Default 300. */
-  timeout?: number;
   /** Environment of every command, on top of the login environment. */
   env?: Record<string, string>;
   /** Seconds to wait for the connection. Default 20. */
-  connectTimeout?: number;
+  connectTimeoutSeconds?: number;
   /**
    * Seconds between keepalive probes (default 10); after 3 unanswered, the
    * connection counts as lost and what is in flight fails with `unavailable`.
    */
-  keepaliveInterval?: number;
+  keepaliveIntervalSeconds?: number;
 }
 
 /**
@@ -106,6 +107,10 @@ const SFTP_CONCURRENCY = 64;
 /** How long `close()` waits for the kills of running commands to reach the server. */
 const CLOSE_KILL_WAIT_MS = 5_000;
 const KEEPALIVE_COUNT = 3;
+/** `connectTimeoutSeconds` unless the options say otherwise. */
+const CONNECT_TIMEOUT_SECONDS = 20;
+/** `keepaliveIntervalSeconds` unless the options say otherwise. */
+const KEEPALIVE_INTERVAL_SECONDS = 10;
 
 /** SFTP status codes (RFC draft-ietf-secsh-filexfer-02). */
 const NO_SUCH_FILE = 2;
@@ -136,7 +141,7 @@ interface Connection {
 
 export class SshSandbox extends BaseSandbox {
   /** How far commands are contained: the remote user's account. */
-  readonly isolation = "remote" as const;
+  readonly isolation: IsolationLevel = "remote";
   readonly id: string;
   readonly workspace: string;
   /** Channels and connections opened, by kind: what a test counts to check that a batch is one transfer. */
@@ -162,21 +167,22 @@ export class SshSandbox extends BaseSandbox {
   }
 
   /**
-   * The ssh2 client of the latest connection: the escape hatch to anything
-   * this class does not cover. A lost connection is replaced by a new client
-   * at the next call, so read this each time rather than keeping it.
+   * The ssh2 client of the live connection, or undefined when there is none
+   * (not connected yet, lost, or closed): the escape hatch to anything this
+   * class does not cover. A lost connection is replaced by a new client at
+   * the next call, so read this each time rather than keeping it.
    */
-  get client(): ssh2.Client {
-    return this.latestClient!;
+  get client(): ssh2.Client | undefined {
+    return this.current?.alive ? this.current.client : undefined;
   }
-  private latestClient: ssh2.Client | undefined;
 
   /** Connects, and creates the workspace if it is missing. */
   static async connect(options: SshSandboxOptions): Promise<SshSandbox> {
-    if (options.timeout !== undefined) timeoutSeconds(options.timeout);
-    if (options.maxOutputBytes !== undefined) byteCount(options.maxOutputBytes, "maxOutputBytes");
-    const connectTimeout = options.connectTimeout === undefined ? 20 : timeoutSeconds(options.connectTimeout, "connectTimeout");
-    const keepalive = options.keepaliveInterval === undefined ? 10 : timeoutSeconds(options.keepaliveInterval, "keepaliveInterval");
+    sandboxLimits(options);
+    const connectTimeout =
+      options.connectTimeoutSeconds === undefined ? CONNECT_TIMEOUT_SECONDS : timeoutSeconds(options.connectTimeoutSeconds, "connectTimeoutSeconds");
+    const keepalive =
+      options.keepaliveIntervalSeconds === undefined ? KEEPALIVE_INTERVAL_SECONDS : timeoutSeconds(options.keepaliveIntervalSeconds, "keepaliveIntervalSeconds");
     if (typeof options.workspace !== "string" || !options.workspace.startsWith("/")) {
       throw errors.invalidArgument("SshSandbox workspace must be an absolute path");
     }
@@ -211,11 +217,11 @@ export class SshSandbox extends BaseSandbox {
   protected async doExecute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     this.assertOpen();
     checkCommand(command, options.env);
-    const timeout = options.timeout === undefined ? (this.options.timeout ?? 300) : timeoutSeconds(options.timeout);
+    const timeout = options.timeout ?? this.settings.timeoutSeconds;
     const cwd = normalizePath(options.cwd ?? "/");
     const marker = newMarker();
-    const sandboxMax = this.options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES;
-    const maxOutputBytes = options.maxOutputBytes === undefined ? sandboxMax : byteCount(options.maxOutputBytes, "maxOutputBytes");
+    const sandboxMax = this.settings.maxOutputBytes;
+    const maxOutputBytes = options.maxOutputBytes ?? sandboxMax;
     const env = { ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
     const assignments = Object.entries(env).map(([name, value]) => oneLine(`${name}=${value}`));
     const header = `export ${assignments.join(" ")}; set -- ${oneLine(this.sandboxPath(cwd))} ${oneLine(command)}\n`;
@@ -235,7 +241,8 @@ export class SshSandbox extends BaseSandbox {
       cwd,
       timeout,
       maxOutputBytes,
-      killAfterBytes: Math.max(maxOutputBytes, sandboxMax * 64),
+      // A caller streaming the raw output (spawn) keeps its own bound on what waits unread.
+      killAfterBytes: options.onData ? Number.MAX_SAFE_INTEGER : Math.max(maxOutputBytes, sandboxMax * 64),
       onOutput: options.onOutput,
       onData: options.onData,
       // close() aborts this too: the command is killed and the call answers sandbox_closed.
@@ -259,7 +266,7 @@ export class SshSandbox extends BaseSandbox {
     });
     channel.on("error", (error: unknown) => run.fail(connectionError(error)));
     channel.write(header);
-    feedStdin(options.stdin, (chunk) => channel.write(chunk), () => channel.end());
+    feedStdin(options.stdin, channel);
     return run.result;
   }
 
@@ -451,7 +458,6 @@ export class SshSandbox extends BaseSandbox {
     // An unhandled 'error' event would crash the process; errors reach the operations through `lost`.
     client.on("error", lost).on("end", () => lost()).on("close", () => lost());
     this.current = connection;
-    this.latestClient = client;
     if (this.umask === undefined) {
       const { output, exitCode } = await this.run(connection, "umask");
       if (exitCode === 0 && /^[0-7]{3,4}\s*$/.test(output)) this.umask = parseInt(output, 8);
