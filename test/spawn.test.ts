@@ -10,7 +10,8 @@ describe("spawn's flow control (LocalSandbox; the streams are the same on every 
     const started = await sandbox.spawn(`head -c ${MAX_UNREAD_BYTES + 16 * 1024 * 1024} /dev/zero`);
     if (started.error) throw new Error(started.error.message);
     let total = 0;
-    for await (const chunk of started.stdout) total += chunk.byteLength;
+    const reader = started.stdout.getReader();
+    for (let next = await reader.read(); !next.done; next = await reader.read()) total += next.value.byteLength;
     expect(total).toBe(MAX_UNREAD_BYTES + 16 * 1024 * 1024);
     expect(await started.wait()).toEqual({ exitCode: 0 });
   });
