@@ -300,6 +300,18 @@ export function describeNative(options: NativeOptions): void {
       fails(await sandbox.execute("pwd", { cwd: "/etc" }), "invalid_path");
     });
 
+    if (options.execute) it("moves and copies keep what commands see: modes, links and empty directories", async () => {
+      const sandbox = b();
+      if (!isSandbox(sandbox)) throw new Error("not a sandbox");
+      ok(await sandbox.execute("mkdir -p kit/empty && printf 'echo ran\\n' > kit/run.sh && chmod 755 kit/run.sh && ln -s run.sh kit/link"), "prepare");
+      ok(await sandbox.copy("/kit", "/kit2"), "copy");
+      ok(await sandbox.move("/kit", "/kit3"), "move");
+      for (const dir of ["kit2", "kit3"]) {
+        expect(ok(await sandbox.execute(`./${dir}/link && [ -d ${dir}/empty ] && [ -L ${dir}/link ] && echo kept`), dir).output).toBe("ran\nkept\n");
+      }
+      expect(await exists("/kit")).toBe(false);
+    });
+
     if (options.execute) it("runs commands in the files' path space and spawns with live streams", async () => {
       const sandbox = b();
       expect(isSandbox(sandbox)).toBe(true);

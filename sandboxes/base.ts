@@ -805,6 +805,77 @@ fi`,
     }
   }
 
+  protected override async doMove(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    return this.transferInShell(from, to, overwrite, "move");
+  }
+
+  protected override async doCopy(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    return this.transferInShell(from, to, overwrite, "copy");
+  }
+
+  /**
+   * A move is one `mv` (a rename: atomic, modes, links and empty directories
+   * kept); a copy is `cp -RPp` into a temporary name beside the target, then
+   * one rename into place. Both hold the two paths' locks (taken in path
+   * order, so crossing moves cannot deadlock), and a copy is held to the
+   * quota. A directory goes only where nothing is, or onto an empty directory.
+   */
+  private async transferInShell(from: string, to: string, overwrite: boolean, kind: "move" | "copy"): Promise<FilesUpdate> {
+    this.assertOpen();
+    const source = normalizePath(from);
+    const target = normalizePath(to);
+    if (source === "/") throw new StrataError("invalid_argument", "Cannot move or copy '/'", { path: source });
+    if (source === target || isWithin(source, target)) {
+      throw new StrataError("invalid_argument", `Cannot move or copy '${printable(source)}' into itself ('${printable(target)}')`, { path: target });
+    }
+    const [first, second] = source < target ? [source, target] : [target, source];
+    const quota = this.quotaVariables();
+    const T = this.sandboxPath(target);
+    const { status } = await this.runScript(
+      source,
+      `S=${shellQuote(this.sandboxPath(source))} T=${shellQuote(T)} D=${shellQuote(T.slice(0, T.lastIndexOf("/")) || "/")}
+X=${shellQuote(`${T.slice(0, T.lastIndexOf("/"))}/${tempName()}`)}
+L1=${shellQuote(this.lockPath(first))} L2=${shellQuote(this.lockPath(second))} h1= h2= locked= ${quota.script}
+${LOCK_FN}
+${QUOTA_FN}
+trap '[ -z "$h1" ] || rmdir -- "$h1"; [ -z "$h2" ] || rmdir -- "$h2"; rm -rf -- "$X"' EXIT
+L=$L1; lock || { echo busy; exit 0; }; h1=$L1
+L=$L2; locked=; lock || { echo busy; exit 0; }; h2=$L2
+[ -e "$S" ] || [ -L "$S" ] || { echo missing; exit 0; }
+if [ -e "$T" ] || [ -L "$T" ]; then
+  if [ -d "$S" ] && [ ! -L "$S" ]; then
+    { [ -d "$T" ] && [ ! -L "$T" ]; } || { echo tnotdir; exit 0; }
+    [ -z "$(ls -A -- "$T")" ] || { echo tnotempty; exit 0; }
+  elif [ -d "$T" ] && [ ! -L "$T" ]; then echo tisdir; exit 0
+  fi
+  ${overwrite ? ":" : "echo texists; exit 0"}
+fi
+mkdir -p -- "$D" && [ -d "$D" ] || { echo tnotdir; exit 0; }
+${
+  kind === "move"
+    ? `if mv -f -T -- "$S" "$T"; then echo ok; else echo failed; fi`
+    : `set -- $(du -sk -- "$S"); DB=$((\${1:-0} * 1024)); DF=$(find "$S" -type f | wc -l)
+room "$DB" "$DF" || exit 0
+if cp -R -P -p -- "$S" "$X" && mv -f -T -- "$X" "$T"; then echo ok; else echo failed; fi`
+}`,
+    );
+    if (kind === "copy") this.usage = undefined;
+    switch (status) {
+      case "ok":
+        return null;
+      case "texists":
+        throw errors.alreadyExists(target);
+      case "tisdir":
+        throw errors.isDirectory(target);
+      case "tnotdir":
+        throw errors.notADirectory(target);
+      case "tnotempty":
+        throw new StrataError("already_exists", `'${printable(target)}' is a directory that is not empty`, { path: target });
+      default:
+        throw errors.io(source);
+    }
+  }
+
   /** `mkdir` in the sandbox's shell; a failure is told apart by looking at the ancestors. */
   protected override async doMkdir(filePath: string, recursive: boolean): Promise<FilesUpdate> {
     this.assertOpen();

@@ -165,10 +165,7 @@ export class LocalSandbox extends BaseSandbox {
     return unwrap(await this.files.move(from, to, { overwrite })).filesUpdate;
   }
 
-  protected override async doCopy(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
-    this.assertOpen();
-    return unwrap(await this.files.copy(from, to, { overwrite })).filesUpdate;
-  }
+  // A copy is the shell's `cp -RPp` (BaseSandbox): modes and links are kept, as commands expect.
 
   protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
     this.assertOpen();
