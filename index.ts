@@ -144,7 +144,15 @@ export { SqliteStore, type SqliteStoreOptions } from "./stores/sqlite.js";
 export { PostgresStore, type PostgresStoreOptions } from "./stores/postgres.js";
 export { RedisStore, type RedisStoreOptions } from "./stores/redis.js";
 export { LangGraphStore, type LangGraphStoreOptions } from "./stores/langgraph.js";
-export { BaseSandbox, type BaseSandboxOptions, type ExecuteStream } from "./sandboxes/base.js";
+export {
+  BaseSandbox,
+  type BaseSandboxOptions,
+  type ExecuteStream,
+  type IsolationLevel,
+  type NetworkAccess,
+  type ResourceLimitOptions,
+} from "./sandboxes/base.js";
+export { SANDBOX_DEFAULTS } from "./sandboxes/defaults.js";
 export { LocalSandbox, type LocalSandboxOptions } from "./sandboxes/local.js";
 export { BubblewrapSandbox, type BubblewrapLimits, type BubblewrapSandboxOptions, type SandboxUser } from "./sandboxes/bubblewrap.js";
 export { DockerSandbox, type DockerSandboxOptions } from "./sandboxes/docker.js";

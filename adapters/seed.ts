@@ -10,10 +10,10 @@ import { DockerSandbox } from "../sandboxes/docker.js";
 
 /** `FilesystemBackend(root, virtualMode = true)` of the seeds. */
 export function seedFilesystemBackend(root: string, virtualMode = true): BackendProtocol {
-  return toSeedProtocol(new FilesystemBackend({ rootDir: root, virtualMode }));
+  return toSeedProtocol(new FilesystemBackend({ workspace: root, virtualMode }));
 }
 
 /** `DockerSandbox(image, workDir = "/workspace")` of the seeds: a started container; `stop()` removes it. */
 export async function seedDockerSandbox(image: string, workDir = "/workspace"): Promise<SandboxBackendProtocol> {
-  return toSeedProtocol(await DockerSandbox.create({ image, workDir }));
+  return toSeedProtocol(await DockerSandbox.create({ image, workspace: workDir }));
 }

@@ -140,7 +140,7 @@ export const filesystemGroup: BenchGroup = {
     const label = `${fileCount / 1000}k-file tree`;
     const root = await generatedTree(ctx, fileCount);
     // Every row here has deepagents (the seed shape) among its peers, so Strata is measured through toSeedProtocol.
-    const strata = toSeedProtocol(new FilesystemBackend({ rootDir: root, virtualMode: true }));
+    const strata = toSeedProtocol(new FilesystemBackend({ workspace: root, virtualMode: true }));
     const deepagents = new DeepagentsFilesystemBackend({ rootDir: root, virtualMode: true });
     const haveRg = await commandAvailable("rg");
     if (!haveRg) ctx.log("rg not found: the ripgrep rows are left out (apt-get install ripgrep)");

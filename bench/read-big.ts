@@ -51,7 +51,7 @@ export const strataRead: ChildTask<ReadArgs, ReadOutcome> = async (args, probe) 
   const { FilesystemBackend } = await import("../backends/filesystem.js");
   const { toSeedProtocol } = await import("../core/seed.js");
   // deepagents is read in the seed shape (its lines numbered as `cat -n`), so Strata is too: the seeds' read through toSeedProtocol.
-  const backend = toSeedProtocol(new FilesystemBackend({ rootDir: args.root, virtualMode: true }));
+  const backend = toSeedProtocol(new FilesystemBackend({ workspace: args.root, virtualMode: true }));
   return timedReads(
     async () => {
       const text = await backend.read(args.path, args.offset, args.limit);

@@ -339,7 +339,7 @@ export const sandboxGroup: BenchGroup = {
             runs: dockerRuns,
             strata: trueOf("Strata DockerSandbox", sandbox, dockerRuns),
             peers: [
-              { name: dockerodePeer, run: () => rawDockerodeExec(sandbox.docker, sandbox.container, cmd) },
+              { name: dockerodePeer, run: () => rawDockerodeExec(sandbox.client, sandbox.container, cmd) },
               {
                 name: "`docker exec` CLI (`sh -c true`)",
                 runs: Math.ceil(dockerRuns / 2),
@@ -374,7 +374,7 @@ export const sandboxGroup: BenchGroup = {
                 name: "raw ssh2 exec of `true` on the same connection (floor)",
                 run: () =>
                   new Promise<number>((resolve, reject) => {
-                    ssh.client.exec("true", (error, channel) => {
+                    ssh.client!.exec("true", (error, channel) => {
                       if (error) return reject(error);
                       let bytes = 0;
                       channel.on("data", (chunk: Buffer) => (bytes += chunk.length));

@@ -34,7 +34,7 @@ async function main(): Promise<void> {
     routes: {
       "/memories": new StoreBackend({ store, namespace: ["demo", "memories"] }),
       "/scratch": new StateBackend(),
-      "/docs": new FilesystemBackend({ rootDir: join(repo, "docs") }),
+      "/docs": new FilesystemBackend({ workspace: join(repo, "docs") }),
     },
   });
   console.log(`Workspace: sandbox '${sandbox.id}' (${isolated ? "bubblewrap: namespaces, no network" : "local process, no isolation"}) at /, SQLite at /memories, memory at /scratch, disk at /docs`);

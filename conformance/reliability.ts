@@ -157,7 +157,7 @@ export function describeReliability<B extends Backend>(options: ReliabilityOptio
         if (!options.realDirectories) return use(toSeedProtocol(new StateBackend()));
         const dir = await mkdtemp(join(tmpdir(), "strata-fuzz-model-"));
         try {
-          return await use(toSeedProtocol(new FilesystemBackend({ rootDir: dir })));
+          return await use(toSeedProtocol(new FilesystemBackend({ workspace: dir })));
         } finally {
           await rm(dir, { recursive: true, force: true });
         }

@@ -67,7 +67,7 @@ export interface PersistentSandboxRegistryOptions {
 
 export interface PruneOptions {
   /** Age in milliseconds: entries not modified (or touched) for longer are removed. */
-  olderThan: number;
+  olderThanMs: number;
 }
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
@@ -162,9 +162,9 @@ export class PersistentSandboxRegistry {
     return gone;
   }
 
-  /** Removes local sandboxes not modified or touched for `olderThan` ms; returns their ids. */
-  async pruneLocal({ olderThan }: PruneOptions): Promise<string[]> {
-    const cutoff = pruneCutoff(olderThan);
+  /** Removes local sandboxes not modified or touched for `olderThanMs`; returns their ids. */
+  async pruneLocal({ olderThanMs }: PruneOptions): Promise<string[]> {
+    const cutoff = pruneCutoff(olderThanMs);
     const removed: string[] = [];
     for (const entry of await this.listLocal()) {
       if (entry.modifiedAt.getTime() >= cutoff) continue;
@@ -282,9 +282,9 @@ export class PersistentSandboxRegistry {
     return this.#remove(path, (trash) => unlink(trash));
   }
 
-  /** Removes records not written or touched for `olderThan` ms; returns their ids. The sandboxes are left alone. */
-  async pruneRemote({ olderThan }: PruneOptions): Promise<string[]> {
-    const cutoff = pruneCutoff(olderThan);
+  /** Removes records not written or touched for `olderThanMs`; returns their ids. The sandboxes are left alone. */
+  async pruneRemote({ olderThanMs }: PruneOptions): Promise<string[]> {
+    const cutoff = pruneCutoff(olderThanMs);
     const removed: string[] = [];
     const dir = await this.#ownDir("remote", false);
     if (!dir) return removed;
@@ -451,11 +451,11 @@ function parseRecord(id: string, text: string): z.output<typeof RecordSchema> {
   return parsed.data;
 }
 
-function pruneCutoff(olderThan: number): number {
-  if (typeof olderThan !== "number" || !Number.isFinite(olderThan) || olderThan < 0) {
-    throw new SandboxRegistryError("invalid_argument", "olderThan must be a non-negative number of milliseconds");
+function pruneCutoff(olderThanMs: number): number {
+  if (typeof olderThanMs !== "number" || !Number.isFinite(olderThanMs) || olderThanMs < 0) {
+    throw new SandboxRegistryError("invalid_argument", "olderThanMs must be a non-negative number of milliseconds");
   }
-  return Date.now() - olderThan;
+  return Date.now() - olderThanMs;
 }
 
 const NOFOLLOW = constants.O_NOFOLLOW ?? 0;

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { z } from "zod";
 import { StrataError } from "../core/errors.js";
 import type { Sandbox } from "../core/protocol.js";
+import type { IsolationLevel, NetworkAccess } from "../sandboxes/base.js";
 import { BackendSandboxClosed, BackendUnavailable, InvalidSpec, ProviderError, UnsupportedBackendTool } from "./errors.js";
 import { SandboxHandle } from "./handle.js";
 import { dispatchPayload, PAYLOAD_TYPES, TimeoutSchema, type Payload, type PayloadType, type ResultOf } from "./payloads.js";
@@ -48,8 +49,8 @@ export interface ReattachOptions {
 
 // ---------------------------------------------------------------- capabilities
 
-/** How far a sandbox is kept from the host: its own process, Linux namespaces, a container, another machine. */
-export type IsolationLevel = "process" | "namespace" | "container" | "remote";
+/** How far a sandbox is kept from the host: the sandboxes' own type (each sandbox's `isolation`). */
+export type { IsolationLevel };
 
 /** Measured by bench/runtime.ts: wall time of open → first execute → close. */
 export interface ColdStart {
@@ -105,8 +106,14 @@ export const SandboxSpecSchema = z
     env: z.record(envName, z.string()).optional(),
     /** Lifetime in seconds: after it the sandbox is closed, whatever its references. */
     timeout: TimeoutSchema.optional(),
-    /** Workspace directory: on the host (local, bubblewrap), in the container (docker), on the remote host (ssh). */
-    workingDir: z.string().min(1).optional(),
+    /** The workspace: a host directory (local, bubblewrap), a directory in the container (docker) or on the remote host (ssh). */
+    workspace: z.string().min(1).optional(),
+    /**
+     * The sandboxes' `network` (NetworkAccess): false, no network; true, the
+     * environment's. Default: the provider's (none for bubblewrap and docker;
+     * local and ssh always have the network and refuse false).
+     */
+    network: (z.boolean() satisfies z.ZodType<NetworkAccess>).optional(),
   })
   .strict();
 

@@ -22,9 +22,13 @@ import type { ProviderRegistry } from "./registry.js";
  * How the spec applies:
  * - `env` reaches every payload dispatched through the handle (all four), and
  *   also direct `sandbox.execute` calls on bubblewrap and docker sandboxes;
- * - `workingDir` is the workspace: a host directory (local, bubblewrap;
+ * - `workspace` is the workspace: a host directory (local, bubblewrap;
  *   created if missing and kept at close), a directory in the container
  *   (docker) or on the remote host (ssh);
+ * - `network` is the sandboxes' option: bubblewrap and docker have none
+ *   unless it is true (docker: the default bridge); local and ssh always
+ *   have the network, so they refuse `network: false` (InvalidSpec) rather
+ *   than pretend;
  * - `image` is the docker image (default: env STRATA_DOCKER_IMAGE); the
  *   others have none and ignore it, as OpenRath's local backend does;
  * - `entrypoint` is ignored: every sandbox's main process is its own
@@ -51,8 +55,9 @@ export class LocalProvider extends SandboxProviderBase {
   }
 
   protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
-    if (spec.workingDir !== undefined) await makeWorkingDir(spec.workingDir);
-    return { sandbox: new LocalSandbox({ workspace: spec.workingDir }) };
+    refuseNoNetwork(this.name, spec);
+    if (spec.workspace !== undefined) await makeWorkspace(spec.workspace);
+    return { sandbox: new LocalSandbox({ workspace: spec.workspace }) };
   }
 }
 
@@ -75,8 +80,8 @@ export class BubblewrapProvider extends SandboxProviderBase {
     // bwrap being installed is not enough (user namespaces may be off): one probe run says, once per process.
     const reason = await BubblewrapSandbox.unavailableReason();
     if (reason !== undefined) throw new BackendUnavailable(this.name, reason);
-    if (spec.workingDir !== undefined) await makeWorkingDir(spec.workingDir);
-    return { sandbox: new BubblewrapSandbox({ workspace: spec.workingDir, env: spec.env }) };
+    if (spec.workspace !== undefined) await makeWorkspace(spec.workspace);
+    return { sandbox: new BubblewrapSandbox({ workspace: spec.workspace, network: spec.network, env: spec.env }) };
   }
 }
 
@@ -110,7 +115,13 @@ export class DockerProvider extends SandboxProviderBase {
     const image = spec.image ?? process.env.STRATA_DOCKER_IMAGE;
     if (!image) throw new InvalidSpec("The docker provider needs an image: set spec.image or STRATA_DOCKER_IMAGE");
     // The lifetime is also enforced inside the container, so it holds if this process dies first.
-    const sandbox = await DockerSandbox.create({ ...this.#options(spec), image, labels: { "strata.provider": this.name }, lifetime: spec.timeout });
+    const sandbox = await DockerSandbox.create({
+      ...this.#options(spec),
+      image,
+      network: spec.network,
+      labels: { "strata.provider": this.name },
+      lifetimeSeconds: spec.timeout,
+    });
     return { sandbox, remoteId: sandbox.id };
   }
 
@@ -123,7 +134,7 @@ export class DockerProvider extends SandboxProviderBase {
   #options(spec: SandboxSpec) {
     const host = dockerHost();
     // Without a socket path Dockerode reads DOCKER_HOST itself (tcp://…).
-    return { docker: host.socketPath, workDir: spec.workingDir, env: spec.env };
+    return { docker: host.socketPath, workspace: spec.workspace, env: spec.env };
   }
 }
 
@@ -135,7 +146,7 @@ export class DockerProvider extends SandboxProviderBase {
  * must be in STRATA_SSH_KNOWN_HOSTS, default ~/.ssh/known_hosts) and
  * STRATA_SSH_ROOT (where workspaces are made, default /tmp).
  *
- * Without `workingDir` each sandbox gets a fresh private directory under the
+ * Without `workspace` each sandbox gets a fresh private directory under the
  * root, removed at close. The `remoteId` is an ssh:// URL (user, host, port,
  * workspace), so another process can reattach; `detach()` only ends the
  * connection, `close()` also removes a workspace the provider made.
@@ -160,16 +171,18 @@ export class SshProvider extends SandboxProviderBase {
   }
 
   protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
-    // A named workingDir may hold anything: only a fresh directory under the root is the provider's to remove.
-    const owned = spec.workingDir === undefined;
+    refuseNoNetwork(this.name, spec);
+    // A named workspace may hold anything: only a fresh directory under the root is the provider's to remove.
+    const owned = spec.workspace === undefined;
     const root = process.env.STRATA_SSH_ROOT || "/tmp";
-    const workspace = spec.workingDir ?? `${root.replace(/\/+$/, "")}/strata-${randomUUID()}`;
+    const workspace = spec.workspace ?? `${root.replace(/\/+$/, "")}/strata-${randomUUID()}`;
     const target = { host: process.env.STRATA_SSH_HOST!, port: Number(process.env.STRATA_SSH_PORT || 22), username: process.env.STRATA_SSH_USER!, workspace };
     return this.#connect(target, spec, owned);
   }
 
   protected override async attach(remoteId: string, spec: SandboxSpec, created: boolean): Promise<OpenedSandbox> {
-    // Ownership comes only from the record's `created` flag: a spec without workingDir proves nothing.
+    // Ownership comes only from the record's `created` flag: a spec without workspace proves nothing.
+    refuseNoNetwork(this.name, spec);
     return this.#connect(parseSshUrl(remoteId), spec, created);
   }
 
@@ -251,11 +264,18 @@ export function registerBuiltinProviders(registry: ProviderRegistry): void {
 // ---------------------------------------------------------------- environment
 
 /** Creates a host workspace directory; a failure is a ProviderError naming the errno code, not the host path. */
-async function makeWorkingDir(dir: string): Promise<void> {
+async function makeWorkspace(dir: string): Promise<void> {
   try {
     await mkdir(dir, { recursive: true });
   } catch (error) {
-    throw hostFileError("create the working directory", error);
+    throw hostFileError("create the workspace directory", error);
+  }
+}
+
+/** local and ssh cannot take the network away from their commands: a spec asking for none is refused, not ignored. */
+function refuseNoNetwork(provider: string, spec: SandboxSpec): void {
+  if (spec.network === false) {
+    throw new InvalidSpec(`The ${provider} provider cannot cut its sandboxes off the network (network: false); use bubblewrap or docker`);
   }
 }
 

@@ -16,14 +16,13 @@
 import { randomUUID } from "node:crypto";
 import { StrataError, errors } from "../core/errors.js";
 import type { ExecuteResponse } from "../core/types.js";
+import { SANDBOX_DEFAULTS } from "./defaults.js";
 import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./output.js";
 
 /** Linux's limit on one argv string (MAX_ARG_STRLEN); the command travels as one. */
 export const MAX_COMMAND_BYTES = 128 * 1024;
 /** Name of the environment variable that marks every process of one run. */
 export const MARKER_VARIABLE = "STRATA_EXEC_ID";
-/** How long output may stay open after the command exits, held by a background child, before its group is killed. */
-const DRAIN_GRACE_MS = 100;
 /** How long the stream may stay open after a kill before the run is given up on. */
 const KILL_DEADLINE_MS = 5_000;
 
@@ -200,12 +199,12 @@ export class RemoteRun {
     this.exitStatus = status;
     // A background child still holding the output open is killed after a grace period, as LocalSandbox does;
     // one that also left the group is not waited for.
-    this.timers.push(setTimeout(() => void this.options.kill(this.pgid, false), DRAIN_GRACE_MS));
+    this.timers.push(setTimeout(() => void this.options.kill(this.pgid, false), SANDBOX_DEFAULTS.killGraceMs));
     this.timers.push(
       setTimeout(() => {
         this.options.abandon();
         this.finish(status);
-      }, DRAIN_GRACE_MS + KILL_DEADLINE_MS),
+      }, SANDBOX_DEFAULTS.killGraceMs + KILL_DEADLINE_MS),
     );
   }
 

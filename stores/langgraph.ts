@@ -28,6 +28,8 @@ import {
 } from "./store.js";
 
 export interface LangGraphStoreOptions extends StoreQuotaOptions {
+  /** The LangGraph store to wrap (InMemoryStore, PostgresStore, …); it stays the caller's: `close()` leaves it open. */
+  store: BaseStore;
   /** Items fetched per `search` call while scanning a namespace (default 500). */
   pageSize?: number;
   /** Largest value, in bytes, a put accepts (default 64 MiB); larger ones fail with `too_large`. */
@@ -69,23 +71,23 @@ export class LangGraphStore implements Store {
   private lastVersion = 0;
   private closed = false;
 
-  constructor(
-    readonly store: BaseStore,
-    options: LangGraphStoreOptions = {},
-  ) {
+  /** The wrapped LangGraph store (`options.store`): the escape hatch to it. */
+  readonly client: BaseStore;
+
+  constructor(options: LangGraphStoreOptions) {
+    const store: unknown = options?.store;
+    if (typeof store !== "object" || store === null || typeof (store as BaseStore).search !== "function") {
+      throw errors.invalidArgument("LangGraphStore needs { store }: a LangGraph BaseStore to wrap");
+    }
+    this.client = store as BaseStore;
     this.pageSize = Math.max(1, options.pageSize ?? 500);
     this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
     this.quota = validateQuota(options.quota);
   }
 
-  /** The wrapped LangGraph store, as an escape hatch. */
-  getInstance(): BaseStore {
-    return this.store;
-  }
-
   async get(namespace: Namespace, key: string): Promise<StoredItem | undefined> {
     this.check(namespace, key);
-    const item = await this.call(() => this.store.get([...namespace], key));
+    const item = await this.call(() => this.client.get([...namespace], key));
     if (!item) return undefined;
     const stored = toStoredItem(item);
     if (!stored) throw new StrataError("invalid_argument", `'${key}' holds a record that is not a file`);
@@ -113,12 +115,12 @@ export class LangGraphStore implements Store {
     this.check(namespace, key);
     this.checkValue(key, value);
     return this.exclusive(async () => {
-      const current = await this.call(() => this.store.get([...namespace], key));
+      const current = await this.call(() => this.client.get([...namespace], key));
       const version = current ? versionOf(current) : undefined;
       if (!versionMatches(options.expectedVersion, version)) throw versionConflict(key, options.expectedVersion ?? null, version);
       if (asFile || this.quota) await this.checkPlaces(namespace, [[key, value]], asFile);
       const next = this.nextVersion(version);
-      await this.call(() => this.store.put([...namespace], key, toStoreValue(value, next)));
+      await this.call(() => this.client.put([...namespace], key, toStoreValue(value, next)));
       return next;
     });
   }
@@ -132,7 +134,7 @@ export class LangGraphStore implements Store {
     return this.exclusive(async () => {
       if (asFiles || this.quota) await this.checkPlaces(namespace, entries, asFiles);
       const ns = [...namespace];
-      const current = await this.call(() => this.store.batch(entries.map(([key]) => ({ namespace: ns, key }))));
+      const current = await this.call(() => this.client.batch(entries.map(([key]) => ({ namespace: ns, key }))));
       const latest = new Map<string, number | undefined>();
       const versions = entries.map(([key], i) => {
         const previous = latest.has(key) ? latest.get(key) : current[i] ? versionOf(current[i]) : undefined;
@@ -140,7 +142,7 @@ export class LangGraphStore implements Store {
         latest.set(key, version);
         return version;
       });
-      await this.call(() => this.store.batch(entries.map(([key, value], i) => ({ namespace: ns, key, value: toStoreValue(value, versions[i]!) }))));
+      await this.call(() => this.client.batch(entries.map(([key, value], i) => ({ namespace: ns, key, value: toStoreValue(value, versions[i]!) }))));
       return versions;
     });
   }
@@ -164,11 +166,11 @@ export class LangGraphStore implements Store {
   async delete(namespace: Namespace, key: string, options: PutOptions = {}): Promise<boolean> {
     this.check(namespace, key);
     return this.exclusive(async () => {
-      const current = await this.call(() => this.store.get([...namespace], key));
+      const current = await this.call(() => this.client.get([...namespace], key));
       const version = current ? versionOf(current) : undefined;
       if (!versionMatches(options.expectedVersion, version)) throw versionConflict(key, options.expectedVersion ?? null, version);
       if (!current) return false;
-      await this.call(() => this.store.delete([...namespace], key));
+      await this.call(() => this.client.delete([...namespace], key));
       return true;
     });
   }
@@ -178,7 +180,7 @@ export class LangGraphStore implements Store {
     return this.exclusive(async () => {
       const keys: string[] = [];
       for await (const item of this.scan(namespace)) if (item.key !== dir && isWithin(dir, item.key)) keys.push(item.key);
-      if (keys.length > 0) await this.call(() => this.store.batch(keys.map((key) => ({ namespace: [...namespace], key, value: null }))));
+      if (keys.length > 0) await this.call(() => this.client.batch(keys.map((key) => ({ namespace: [...namespace], key, value: null }))));
       return keys;
     });
   }
@@ -233,7 +235,7 @@ export class LangGraphStore implements Store {
   /** Every file record in exactly this namespace (BaseStore's search also returns sub-namespaces). */
   private async *scan(namespace: Namespace): AsyncIterable<StoredItem> {
     for (let offset = 0; ; offset += this.pageSize) {
-      const page = await this.call(() => this.store.search([...namespace], { limit: this.pageSize, offset }));
+      const page = await this.call(() => this.client.search([...namespace], { limit: this.pageSize, offset }));
       for (const item of page) {
         if (!sameNamespace(item.namespace, namespace) || !isNormalizedKey(item.key)) continue;
         const stored = toStoredItem(item);

@@ -109,7 +109,8 @@ interface ItemRow {
  * compare-and-set is one conditional statement; `putMany` is one transaction.
  */
 export class PostgresStore implements Store {
-  private readonly pool: Pool;
+  /** The pg Pool underneath (the store's own, or the one given as `pool`): the escape hatch to the engine. */
+  readonly client: Pool;
   private readonly ownsPool: boolean;
   private readonly table: string;
   private readonly sequence: string;
@@ -140,12 +141,12 @@ export class PostgresStore implements Store {
     const size = options.pool ? ((options.pool as unknown as { options?: { max?: number } }).options?.max ?? 10) : (options.maxConnections ?? 10);
     this.gate = new Gate(Math.max(1, size), acquireTimeoutMs);
     if (options.pool) {
-      this.pool = options.pool;
+      this.client = options.pool;
       this.ownsPool = false;
     } else {
       if (!options.connectionString) throw errors.invalidArgument("PostgresStore needs a connectionString or a pool");
       const statementTimeout = options.statementTimeoutMs ?? 30_000;
-      this.pool = new (pg().Pool)({
+      this.client = new (pg().Pool)({
         connectionString: options.connectionString,
         max: options.maxConnections ?? 10,
         connectionTimeoutMillis: options.connectTimeoutMs ?? 5_000,
@@ -159,14 +160,10 @@ export class PostgresStore implements Store {
       this.ownsPool = true;
       // An idle connection dropped by a server restart is reported here; the pool
       // discards it and the next query connects afresh.
-      this.pool.on("error", () => {});
+      this.client.on("error", () => {});
     }
   }
 
-  /** The pool underneath, for callers who need the engine directly. */
-  getInstance(): Pool {
-    return this.pool;
-  }
 
   async get(namespace: Namespace, key: string): Promise<StoredItem | undefined> {
     const ns = namespaceKey(namespace);
@@ -427,7 +424,7 @@ export class PostgresStore implements Store {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.ownsPool) await this.pool.end();
+    if (this.ownsPool) await this.client.end();
   }
 
   /** Namespace plus key must fit in a btree entry; a longer key could never be stored. */
@@ -443,7 +440,7 @@ export class PostgresStore implements Store {
   }
 
   private query<R extends QueryResultRow>(sql: string, params: unknown[]): Promise<QueryResult<R>> {
-    return this.withSchema(() => this.gate.run(() => this.pool.query<R>(sql, params)));
+    return this.withSchema(() => this.gate.run(() => this.client.query<R>(sql, params)));
   }
 
   private transaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
@@ -451,7 +448,7 @@ export class PostgresStore implements Store {
   }
 
   private async inTransaction<T>(work: (client: PoolClient) => Promise<T>): Promise<T> {
-    const client = await this.pool.connect();
+    const client = await this.client.connect();
     // A connection lost while checked out is reported through the failing query;
     // without a listener the client's 'error' event would crash the process.
     const ignore = () => {};
@@ -509,10 +506,10 @@ export class PostgresStore implements Store {
   private async createSchema(): Promise<void> {
     const schema = this.options.schema ?? "public";
     const table = this.options.table ?? "strata_files";
-    const seen = await this.layoutVersion(this.pool);
+    const seen = await this.layoutVersion(this.client);
     if (seen.version === SCHEMA_VERSION && seen.complete) return;
     refuseUnknown(seen.version);
-    const client = await this.pool.connect();
+    const client = await this.client.connect();
     const ignore = () => {};
     client.on("error", ignore);
     try {

@@ -313,7 +313,8 @@ const SCRIPTS = {
  * the namespace's keys under the prefix), returning only matching records.
  */
 export class RedisStore implements Store {
-  private readonly client: Redis;
+  /** The ioredis client underneath (the store's own, or the one given as `client`): the escape hatch to the engine. */
+  readonly client: Redis;
   private readonly ownsClient: boolean;
   private readonly keyPrefix: string;
   private readonly maxValueSize: number;
@@ -348,10 +349,6 @@ export class RedisStore implements Store {
     }
   }
 
-  /** The client underneath, for callers who need the engine directly. */
-  getInstance(): Redis {
-    return this.client;
-  }
 
   async get(namespace: Namespace, key: string): Promise<StoredItem | undefined> {
     const base = this.base(namespace);

@@ -189,7 +189,8 @@ interface ItemRow extends EngineRecord {
  * each other rather than fail.
  */
 export class SqliteStore implements Store {
-  private readonly db: Database.Database;
+  /** The better-sqlite3 Database underneath: the escape hatch to the engine. */
+  readonly client: Database.Database;
   private readonly sql: Statements;
   private readonly namespaceIds = new Map<string, number>();
   private readonly maxValueSize: number;
@@ -215,7 +216,7 @@ export class SqliteStore implements Store {
       db.pragma(`synchronous = ${options.synchronous === "FULL" ? "FULL" : "NORMAL"}`);
       openLayout(db);
       this.sql = Object.fromEntries(Object.entries(SQL).map(([name, text]) => [name, db!.prepare(text)])) as Statements;
-      this.db = db;
+      this.client = db;
     } catch (error) {
       if (db?.open) db.close();
       if (error instanceof StrataError) throw error;
@@ -224,10 +225,6 @@ export class SqliteStore implements Store {
     }
   }
 
-  /** The better-sqlite3 connection underneath, as an escape hatch. */
-  getInstance(): Database.Database {
-    return this.db;
-  }
 
   async get(namespace: Namespace, key: string): Promise<StoredItem | undefined> {
     return this.run(() => {
@@ -251,7 +248,7 @@ export class SqliteStore implements Store {
     return this.run(() => {
       const record = this.record(key, value);
       const ns = this.namespaceId(namespace, true);
-      return this.db
+      return this.client
         .transaction(() => {
           if (this.quota) {
             const row = this.sql.current.get(ns, key) as { size: number } | undefined;
@@ -280,7 +277,7 @@ export class SqliteStore implements Store {
       const records = entries.map(([key, value]) => this.record(key, value));
       if (checkTree) checkBatchConsistent(entries.map(([key]) => key));
       const ns = this.namespaceId(namespace, true);
-      return this.db
+      return this.client
         .transaction(() => {
           if (this.quota) {
             const sizes = entries.map(([key], i) => [key, records[i]!.size] as const);
@@ -304,7 +301,7 @@ export class SqliteStore implements Store {
   async delete(namespace: Namespace, key: string, options: PutOptions = {}): Promise<boolean> {
     return this.run(() => {
       checkEngineKey(key);
-      return this.db
+      return this.client
         .transaction(() => {
           const ns = this.namespaceId(namespace, false);
           const row = ns === undefined ? undefined : (this.sql.current.get(ns, key) as { id: number; version: number } | undefined);
@@ -321,7 +318,7 @@ export class SqliteStore implements Store {
   async deleteTree(namespace: Namespace, dir: string): Promise<string[]> {
     return this.run(() => {
       checkEngineKey(dir);
-      return this.db
+      return this.client
         .transaction(() => {
           const ns = this.namespaceId(namespace, false);
           if (ns === undefined) return [];
@@ -392,12 +389,12 @@ export class SqliteStore implements Store {
   }
 
   async close(): Promise<void> {
-    if (this.db.open) this.db.close();
+    if (this.client.open) this.client.close();
   }
 
   /** Runs one operation: refuses once closed, and turns driver errors into StrataErrors. */
   private run<T>(operation: () => T): T {
-    if (!this.db.open) throw storeClosed();
+    if (!this.client.open) throw storeClosed();
     try {
       return operation();
     } catch (error) {

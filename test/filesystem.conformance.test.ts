@@ -4,18 +4,18 @@ import path from "node:path";
 import { FilesystemBackend } from "../backends/filesystem.js";
 import { runConformance } from "../conformance/index.js";
 
-const tempRoot = (backend: FilesystemBackend) => backend.rootDir;
+const tempRoot = (backend: FilesystemBackend) => backend.workspace;
 
 runConformance({
   name: "FilesystemBackend (ripgrep)",
-  create: async () => new FilesystemBackend({ rootDir: await fs.mkdtemp(path.join(os.tmpdir(), "strata-fs-")) }),
+  create: async () => new FilesystemBackend({ workspace: await fs.mkdtemp(path.join(os.tmpdir(), "strata-fs-")) }),
   destroy: (backend) => fs.rm(tempRoot(backend), { recursive: true, force: true }),
   capabilities: { realDirectories: true },
 });
 
 runConformance({
   name: "FilesystemBackend (JS grep)",
-  create: async () => new FilesystemBackend({ rootDir: await fs.mkdtemp(path.join(os.tmpdir(), "strata-fs-")), useRipgrep: false }),
+  create: async () => new FilesystemBackend({ workspace: await fs.mkdtemp(path.join(os.tmpdir(), "strata-fs-")), useRipgrep: false }),
   destroy: (backend) => fs.rm(tempRoot(backend), { recursive: true, force: true }),
   capabilities: { propertyRuns: 10, realDirectories: true },
 });

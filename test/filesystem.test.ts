@@ -29,7 +29,7 @@ beforeEach(async () => {
   await fs.writeFile(path.join(outside, "secret.txt"), "TOP SECRET\n");
   await fs.writeFile(path.join(outside, "outside-only.txt"), "TOP SECRET too\n");
   await fs.writeFile(path.join(outside, "sub", "deep.txt"), "TOP SECRET deep\n");
-  backend = new FilesystemBackend({ rootDir: root });
+  backend = new FilesystemBackend({ workspace: root });
   seed = toSeedProtocol(backend);
 });
 
@@ -49,6 +49,14 @@ async function snapshot(dir: string): Promise<Record<string, string>> {
   }
   return out;
 }
+
+describe("FilesystemBackend options", () => {
+  it("names its directory `workspace`, as every sandbox does, and requires it", () => {
+    expect(backend.workspace).toBe(path.resolve(root));
+    expect(() => new FilesystemBackend({} as never)).toThrow(expect.objectContaining({ code: "invalid_argument" }));
+    expect(() => new FilesystemBackend({ rootDir: root } as never)).toThrow(/workspace/);
+  });
+});
 
 async function code(promise: Promise<unknown>): Promise<string | undefined> {
   try {
@@ -126,7 +134,7 @@ describe("symlinks are never followed", () => {
   });
 
   it.each([true, false])("glob and grep (ripgrep: %s) skip links and refuse to start at one", async (useRipgrep) => {
-    const subject = toSeedProtocol(new FilesystemBackend({ rootDir: root, useRipgrep }));
+    const subject = toSeedProtocol(new FilesystemBackend({ workspace: root, useRipgrep }));
     expect((await subject.globInfo("**")).map((i) => i.path)).toEqual(["/real/inside.txt"]);
     expect(await subject.grepRaw("SECRET")).toEqual([]);
     expect(await subject.grepRaw("root")).toEqual([]); // /etc/passwd would match
@@ -170,7 +178,7 @@ describe("races", () => {
     const seen: string[] = [];
     let insideReads = 0;
     let refusals = 0;
-    const grepper = toSeedProtocol(new FilesystemBackend({ rootDir: root, useRipgrep: false }));
+    const grepper = toSeedProtocol(new FilesystemBackend({ workspace: root, useRipgrep: false }));
     while (running) {
       const results = await Promise.all([
         seed.read("/sw/target.txt"),
@@ -292,7 +300,7 @@ describe("no host path in any result or error", () => {
       await collect(seed.uploadFiles([[`${p}/u`, bytes("u")]]));
       await collect(seed.downloadFiles([p]));
     }
-    const broken = toSeedProtocol(new FilesystemBackend({ rootDir: path.join(root, "file.txt", "below-a-file") }));
+    const broken = toSeedProtocol(new FilesystemBackend({ workspace: path.join(root, "file.txt", "below-a-file") }));
     await collect(broken.read("/x"));
     await collect(broken.lsInfo("/"));
     const text = JSON.stringify(outputs);
@@ -405,8 +413,8 @@ describe("grep: ripgrep and the JS engine agree", () => {
     const big = Array.from({ length: 800_000 }, (_, i) => (i % 9_999 === 0 ? `needle at ${i}\r` : `line ${i}`)).join("\n");
     files.push(["/big/huge.log", bytes(`${big}\n${"z".repeat(3_000_000)}needle${"z".repeat(100)}`)]);
 
-    const jsBackend = new FilesystemBackend({ rootDir: root, useRipgrep: false });
-    const rgBackend = new FilesystemBackend({ rootDir: root });
+    const jsBackend = new FilesystemBackend({ workspace: root, useRipgrep: false });
+    const rgBackend = new FilesystemBackend({ workspace: root });
     const jsEngine = toSeedProtocol(jsBackend);
     const rgEngine = toSeedProtocol(rgBackend);
     const reference = toSeedProtocol(new StateBackend());
@@ -491,7 +499,7 @@ describe("hostile names on disk", () => {
       expect(await seed.read(p)).toBe("     1\tneedle");
       expect((await seed.globInfo("**")).map((f) => f.path)).toEqual([p]);
       expect(await seed.grepRaw("needle")).toEqual([{ path: p, line: 1, text: "needle" }]);
-      expect(await toSeedProtocol(new FilesystemBackend({ rootDir: root, useRipgrep: false })).grepRaw("needle")).toEqual([{ path: p, line: 1, text: "needle" }]);
+      expect(await toSeedProtocol(new FilesystemBackend({ workspace: root, useRipgrep: false })).grepRaw("needle")).toEqual([{ path: p, line: 1, text: "needle" }]);
       expect((await seed.delete(p)).error).toBeUndefined();
     },
   );
@@ -499,7 +507,7 @@ describe("hostile names on disk", () => {
 
 describe("maxFileSize", () => {
   it("refuses larger writes, uploads and edits, and still reads a larger file", async () => {
-    const small = toSeedProtocol(new FilesystemBackend({ rootDir: root, maxFileSize: 10 }));
+    const small = toSeedProtocol(new FilesystemBackend({ workspace: root, maxFileSize: 10 }));
     expect((await small.write("/big.txt", "12345678901")).code).toBe("too_large");
     expect(await small.uploadFiles([["/big.bin", new Uint8Array(11)]])).toEqual([{ path: "/big.bin", error: "permission_denied" }]);
     expect((await small.write("/ok.txt", "1234567890")).error).toBeUndefined();
@@ -513,7 +521,7 @@ describe("maxFileSize", () => {
 
 describe("host-path mode (virtualMode: false)", () => {
   it("takes host paths under the root, answers in host paths, refuses everything outside", async () => {
-    const host = toSeedProtocol(new FilesystemBackend({ rootDir: root, virtualMode: false }));
+    const host = toSeedProtocol(new FilesystemBackend({ workspace: root, virtualMode: false }));
     const file = path.join(root, "src", "a.ts");
     expect(await host.write(file, "needle\n")).toEqual({ path: file, filesUpdate: null });
     expect(await host.read(file)).toBe("     1\tneedle");
@@ -521,12 +529,12 @@ describe("host-path mode (virtualMode: false)", () => {
     expect((await host.globInfo("**/*.ts", root)).map((f) => f.path)).toEqual([file]);
     expect((await host.globInfo(`${root}/src/*.ts`)).map((f) => f.path)).toEqual([file]);
     expect(await host.grepRaw("needle")).toEqual([{ path: file, line: 1, text: "needle" }]);
-    expect(await host.read("/a.ts")).toMatch(/^Error: Invalid path '\/a.ts': it lies outside the root directory/);
+    expect(await host.read("/a.ts")).toMatch(/^Error: Invalid path '\/a.ts': it lies outside the workspace/);
     expect((await host.write(path.join(outside, "x.txt"), "x")).code).toBe("invalid_path");
     expect((await host.write(`${root}/../outside/x.txt`, "x")).code).toBe("invalid_path");
     expect((await host.delete(root)).code).toBe("permission_denied");
     await expect(fs.access(path.join(outside, "x.txt"))).rejects.toThrow();
-    expect(await toSeedProtocol(new FilesystemBackend({ rootDir: root })).read("/src/a.ts")).toBe("     1\tneedle");
+    expect(await toSeedProtocol(new FilesystemBackend({ workspace: root })).read("/src/a.ts")).toBe("     1\tneedle");
   });
 });
 

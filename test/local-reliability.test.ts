@@ -32,7 +32,7 @@ function tempDir(): string {
 }
 function backend(options: Partial<ConstructorParameters<typeof FilesystemBackend>[0]> = {}) {
   const rootDir = tempDir();
-  return { rootDir, fs: toSeedProtocol(new FilesystemBackend({ rootDir, fsync: false, ...options })) };
+  return { rootDir, fs: toSeedProtocol(new FilesystemBackend({ workspace: rootDir, fsync: false, ...options })) };
 }
 
 describe("FilesystemBackend: no lost update", () => {
@@ -47,7 +47,7 @@ describe("FilesystemBackend: no lost update", () => {
 
   it("two backends over one root (one process) do not lose each other's edits", async () => {
     const { rootDir, fs: first } = backend();
-    const second = toSeedProtocol(new FilesystemBackend({ rootDir, fsync: false }));
+    const second = toSeedProtocol(new FilesystemBackend({ workspace: rootDir, fsync: false }));
     await first.write("/f.txt", lines(0, 20));
     const results = await Promise.all(
       Array.from({ length: 20 }, (_, i) => (i % 2 ? first : second).edit("/f.txt", `line ${i}\n`, `edited ${i}\n`)),
@@ -77,7 +77,7 @@ describe("FilesystemBackend: no lost update", () => {
     writeFileSync(
       worker,
       `import { FilesystemBackend } from ${JSON.stringify(nodePath.join(repo, "backends/filesystem.ts"))};
-const b = new FilesystemBackend({ rootDir: process.argv[2], fsync: false });
+const b = new FilesystemBackend({ workspace: process.argv[2], fsync: false });
 const results = await Promise.all(Array.from({ length: ${count} }, (_, i) => b.edit("/shared.txt", \`line \${${count} + i}\\n\`, \`child \${${count} + i}\\n\`)));
 const failed = results.filter((r) => r.error !== undefined);
 process.stdout.write(JSON.stringify(failed));

@@ -59,7 +59,7 @@ const uses = (m) => [
   () => attempt("pg", async () => { await new m.PostgresStore({ connectionString: "postgres://nobody@127.0.0.1:1/none" }).close(); }),
   () => attempt("ioredis", async () => { await new m.RedisStore({ url: "redis://127.0.0.1:1", connectTimeoutMs: 200 }).close(); }),
   () => attempt("ssh2", () =>
-    m.SshSandbox.connect({ host: "127.0.0.1", port: 1, username: "nobody", workspace: "/w", connectTimeout: 2, insecureAcceptAnyHostKey: true }),
+    m.SshSandbox.connect({ host: "127.0.0.1", port: 1, username: "nobody", workspace: "/w", connectTimeoutSeconds: 2, insecureAcceptAnyHostKey: true }),
   ),
   () => attempt("dockerode", () => m.DockerSandbox.sweepExpired("/nonexistent/docker.sock")),
   () => attempt("better-sqlite3", async () => { await new m.SqliteStore({ path: ":memory:" }).close(); }),

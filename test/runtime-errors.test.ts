@@ -152,7 +152,7 @@ describe("runtime error classes", () => {
       ["a closed stream's submit", () => stopped.submit(commandRun({ cmd: "true" })), StreamFailed, "unavailable"],
       ["a sandbox id leaving the root", () => validateSandboxId("../x"), SandboxRegistryError, "invalid_argument"],
       ["a reattach of an unrecorded id", () => new PersistentSandboxRegistry({ root }).reattach("none"), SandboxRegistryError, "file_not_found"],
-      ["a bad prune age", () => new PersistentSandboxRegistry({ root }).pruneLocal({ olderThan: -1 }), SandboxRegistryError, "invalid_argument"],
+      ["a bad prune age", () => new PersistentSandboxRegistry({ root }).pruneLocal({ olderThanMs: -1 }), SandboxRegistryError, "invalid_argument"],
       ["recording a sandbox that dies with its process", () => new PersistentSandboxRegistry({ root }).recordHandle(handle), SandboxRegistryError, "unsupported"],
     ];
     for (const [what, call, cls, code] of sites) {

@@ -51,13 +51,13 @@ describe("persistent sandbox registry: local directories", () => {
     writeFileSync(join(old, "file"), "x");
     utimesSync(old, hoursAgo(48), hoursAgo(48));
     utimesSync(borderline, hoursAgo(23), hoursAgo(23));
-    expect(await registry.pruneLocal({ olderThan: 24 * 3_600_000 })).toEqual(["old"]);
+    expect(await registry.pruneLocal({ olderThanMs: 24 * 3_600_000 })).toEqual(["old"]);
     expect((await registry.listLocal()).map((entry) => entry.id).sort()).toEqual(["borderline", "fresh"]);
     expect(statSync(fresh).isDirectory()).toBe(true);
     // Using a directory (ensureLocal) marks it fresh again.
     utimesSync(borderline, hoursAgo(48), hoursAgo(48));
     await registry.ensureLocal("borderline");
-    expect(await registry.pruneLocal({ olderThan: 24 * 3_600_000 })).toEqual([]);
+    expect(await registry.pruneLocal({ olderThanMs: 24 * 3_600_000 })).toEqual([]);
   });
 });
 
@@ -95,13 +95,13 @@ describe("persistent sandbox registry: remote records", () => {
     await registry.recordRemote("docker", "old", null, { id: "old" });
     await registry.recordRemote("docker", "new", null, { id: "new" });
     utimesSync(join(root, "remote", "old.json"), hoursAgo(2), hoursAgo(2));
-    expect(await registry.pruneRemote({ olderThan: 3_600_000 })).toEqual(["old"]);
+    expect(await registry.pruneRemote({ olderThanMs: 3_600_000 })).toEqual(["old"]);
     expect((await registry.listRemote()).map((r) => r.id)).toEqual(["new"]);
     // Touching refreshes a record.
     utimesSync(join(root, "remote", "new.json"), hoursAgo(2), hoursAgo(2));
     await registry.touchRemote("new");
-    expect(await registry.pruneRemote({ olderThan: 3_600_000 })).toEqual([]);
-    await expect(registry.pruneRemote({ olderThan: -1 })).rejects.toSatisfy((error) => isStrataError(error, "invalid_argument"));
+    expect(await registry.pruneRemote({ olderThanMs: 3_600_000 })).toEqual([]);
+    await expect(registry.pruneRemote({ olderThanMs: -1 })).rejects.toSatisfy((error) => isStrataError(error, "invalid_argument"));
   });
 
   it("rejects ids that could leave the root", async () => {
@@ -182,7 +182,7 @@ describe("persistent sandbox registry: links and other users' directories", () =
     await expect(registry.allocLocal()).rejects.toSatisfy(refused);
     await expect(registry.ensureLocal("project")).rejects.toSatisfy(refused);
     await expect(registry.listLocal()).rejects.toSatisfy(refused);
-    await expect(registry.pruneLocal({ olderThan: 0 })).rejects.toSatisfy(refused);
+    await expect(registry.pruneLocal({ olderThanMs: 0 })).rejects.toSatisfy(refused);
     await expect(registry.deleteLocal("project")).rejects.toSatisfy(refused);
     await expect(registry.touchLocal("project")).rejects.toSatisfy(refused);
     expect(target.snapshot()).toEqual(before);
@@ -199,7 +199,7 @@ describe("persistent sandbox registry: links and other users' directories", () =
     await expect(registry.loadRemote("old")).rejects.toSatisfy(refused);
     await expect(registry.listRemote()).rejects.toSatisfy(refused);
     await expect(registry.touchRemote("old")).rejects.toSatisfy(refused);
-    await expect(registry.pruneRemote({ olderThan: 0 })).rejects.toSatisfy(refused);
+    await expect(registry.pruneRemote({ olderThanMs: 0 })).rejects.toSatisfy(refused);
     await expect(registry.deleteRemote("old")).rejects.toSatisfy(refused);
     expect(target.snapshot()).toEqual(before);
   });
@@ -215,8 +215,8 @@ describe("persistent sandbox registry: links and other users' directories", () =
       const before = readdirSync(dir).sort();
       const attempts: Array<() => Promise<unknown>> =
         name === "local"
-          ? [() => registry.ensureLocal("other"), () => registry.allocLocal(), () => registry.listLocal(), () => registry.pruneLocal({ olderThan: 0 }), () => registry.deleteLocal("mine")]
-          : [() => registry.recordRemote("docker", "c2", null, { id: "other" }), () => registry.loadRemote("mine"), () => registry.pruneRemote({ olderThan: 0 }), () => registry.deleteRemote("mine")];
+          ? [() => registry.ensureLocal("other"), () => registry.allocLocal(), () => registry.listLocal(), () => registry.pruneLocal({ olderThanMs: 0 }), () => registry.deleteLocal("mine")]
+          : [() => registry.recordRemote("docker", "c2", null, { id: "other" }), () => registry.loadRemote("mine"), () => registry.pruneRemote({ olderThanMs: 0 }), () => registry.deleteRemote("mine")];
       for (const attempt of attempts) await expect(attempt()).rejects.toSatisfy(refused);
       expect(readdirSync(dir).sort()).toEqual(before);
       expect(mode(dir)).toBe(0o755);
@@ -239,7 +239,7 @@ describe("persistent sandbox registry: links and other users' directories", () =
     symlinkSync(target.path, join(root, "local", "linked"));
     for (const path of [made, planted]) utimesSync(path, hoursAgo(48), hoursAgo(48));
     expect((await registry.listLocal()).map((entry) => entry.id)).toEqual(["made"]);
-    expect(await registry.pruneLocal({ olderThan: 3_600_000 })).toEqual(["made"]);
+    expect(await registry.pruneLocal({ olderThanMs: 3_600_000 })).toEqual(["made"]);
     expect(readFileSync(join(planted, "work.txt"), "utf8")).toBe("not the registry's");
     expect(lstatSync(join(root, "local", "linked")).isSymbolicLink()).toBe(true);
     expect(target.snapshot()).toEqual(before);
@@ -258,7 +258,7 @@ describe("persistent sandbox registry: links and other users' directories", () =
     await expect(registry.loadRemote("old")).rejects.toSatisfy(refused);
     expect((await registry.listRemote()).map((r) => r.id)).toEqual(["real"]);
     await registry.touchRemote("old");
-    expect(await registry.pruneRemote({ olderThan: 3_600_000 })).toEqual([]);
+    expect(await registry.pruneRemote({ olderThanMs: 3_600_000 })).toEqual([]);
     expect(target.snapshot()).toEqual(before);
     expect(statSync(join(target.path, "old.json")).mtime.getTime()).toBeLessThan(Date.now() - 3_600_000);
   });

@@ -340,7 +340,7 @@ const sharedTargets: { name: string; rounds: number; open: () => Promise<SharedW
       const observer = await shared.fresh({ docker: socket });
       return {
         observer,
-        second: () => DockerSandbox.attach(observer.id, { docker: socket, workDir: observer.workspace }),
+        second: () => DockerSandbox.attach(observer.id, { docker: socket, workspace: observer.workspace }),
         dispose: () => observer.close(),
       };
     },

@@ -47,7 +47,7 @@ describe("BubblewrapSandbox", () => {
   it("is available, and says how its limits are enforced", async () => {
     expect(await BubblewrapSandbox.isAvailable()).toBe(true);
     const s = sandbox({ cpuSeconds: 5 });
-    expect(s.isolation).toBe("namespaces");
+    expect(s.isolation).toBe("namespace");
     await seed(s).execute("true");
     expect(s.limits).toEqual(
       cgroupsWritable

@@ -2,7 +2,7 @@
  * The shared containment cases (test/containment-cases.ts) against
  * DockerSandbox: all of them on the BusyBox image (its nc is the network
  * probe's client), the command limits on the GNU image too. `network: true`
- * means the host's network: the test daemon creates no bridge.
+ * joins the host's network (`dockerNetwork: "host"`): the test daemon creates no bridge.
  */
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -25,9 +25,10 @@ const create = (image: string) => async (limits: ContainmentLimits) => {
     image,
     docker: socket,
     labels: TEST_LABELS,
-    network: limits.network ? "host" : "none",
+    network: limits.network,
+    dockerNetwork: limits.network ? "host" : undefined,
     memoryMb: limits.memoryMb,
-    pidsLimit: limits.maxProcesses,
+    maxProcesses: limits.maxProcesses,
   });
   const info = await sandbox.container.inspect();
   hostWorkspaces.set(sandbox, info.Mounts.find((mount) => mount.Destination === sandbox.workspace)?.Source ?? "");

@@ -98,7 +98,7 @@ for (const [flavour, image] of Object.entries(images)) {
 
     it("close() stops a running command of an attached sandbox: it rejects with sandbox_closed and the process is gone", async () => {
       const observer = await shared.fresh();
-      const native = await DockerSandbox.attach(observer.id, { docker: socket, workDir: observer.workspace });
+      const native = await DockerSandbox.attach(observer.id, { docker: socket, workspace: observer.workspace });
       const sandbox = toSeedProtocol(native);
       const marker = unique(21);
       const started = Date.now();
@@ -149,7 +149,7 @@ for (const [flavour, image] of Object.entries(images)) {
 
 describe("DockerSandbox lifetime", () => {
   it("a created container stops and is removed at its lifetime even though close() is never called", async () => {
-    const native = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, lifetime: 3 });
+    const native = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, lifetimeSeconds: 3 });
     const sandbox = toSeedProtocol(native);
     const info = await docker.getContainer(native.id).inspect();
     expect(Number(info.Config.Labels[DEADLINE_LABEL])).toBeGreaterThan(Date.now() / 1000);
@@ -173,15 +173,15 @@ describe("DockerSandbox lifetime", () => {
     expect(await gone(stale.id)).toBe(true);
   });
 
-  it("refuses durations a timer cannot honour: lifetime, default timeout and per-call timeout", async () => {
+  it("refuses durations a timer cannot honour: lifetimeSeconds, default timeout and per-call timeout", async () => {
     const tooLong = MAX_TIMEOUT_SECONDS + 1;
-    await expect(DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, lifetime: tooLong })).rejects.toMatchObject({
+    await expect(DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, lifetimeSeconds: tooLong })).rejects.toMatchObject({
       code: "invalid_argument",
     });
     await expect(DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, timeout: tooLong })).rejects.toMatchObject({
       code: "invalid_argument",
     });
-    const native = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, lifetime: MAX_TIMEOUT_SECONDS });
+    const native = await DockerSandbox.create({ image: images.busybox, docker: socket, labels: TEST_LABELS, lifetimeSeconds: MAX_TIMEOUT_SECONDS });
     const sandbox = toSeedProtocol(native);
     try {
       await expect(sandbox.execute("true", { timeout: 2592000 })).rejects.toMatchObject({ code: "invalid_argument" });

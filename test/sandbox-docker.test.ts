@@ -66,7 +66,7 @@ for (const [flavour, image] of Object.entries(images)) {
 
       it("passes environment variables exactly, the call's over the sandbox's", async () => {
         const base = await shared.fresh();
-        const sandbox = toSeedProtocol(await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, env: { A: "from-sandbox", B: "kept" } }));
+        const sandbox = toSeedProtocol(await DockerSandbox.attach(base.id, { docker: socket, workspace: base.workspace, env: { A: "from-sandbox", B: "kept" } }));
         const value = `spaces  'quotes' "double" $HOME \`tick\`\nnew line`;
         const result = await sandbox.execute('printf "%s|%s|%s" "$A" "$B" "$ODD"', { env: { A: "from-call", ODD: value } });
         expect(result.output).toBe(`from-call|kept|${value}`);
@@ -120,7 +120,7 @@ for (const [flavour, image] of Object.entries(images)) {
 
       it("caps output at the sandbox's limit or the call's, keeping the head", async () => {
         const base = await shared.fresh();
-        const sandbox = toSeedProtocol(await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, maxOutputBytes: 1000 }));
+        const sandbox = toSeedProtocol(await DockerSandbox.attach(base.id, { docker: socket, workspace: base.workspace, maxOutputBytes: 1000 }));
         const capped = await sandbox.execute("echo first; head -c 5000 /dev/zero | tr '\\0' y; echo; echo last");
         expect(capped.truncated).toBe(true);
         expect(capped.output).toBe(`first\n${"y".repeat(994)}`);
@@ -131,7 +131,7 @@ for (const [flavour, image] of Object.entries(images)) {
 
       it("stops a command that writes endlessly, past 64 times the limit", async () => {
         const base = await shared.fresh();
-        const native = await DockerSandbox.attach(base.id, { docker: socket, workDir: base.workspace, maxOutputBytes: 1024 });
+        const native = await DockerSandbox.attach(base.id, { docker: socket, workspace: base.workspace, maxOutputBytes: 1024 });
         const sandbox = toSeedProtocol(native);
         const result = await sandbox.execute("yes", { timeout: 60 });
         expect(result.truncated).toBe(true);
@@ -247,7 +247,7 @@ for (const [flavour, image] of Object.entries(images)) {
       it("reattaches to the container by id and sees the same files", async () => {
         const first = await shared.fresh();
         await toSeedProtocol(first).uploadFiles([["/kept.txt", bytes("still here")]]);
-        const again = await DockerSandbox.attach(first.id, { docker: socket, workDir: first.workspace });
+        const again = await DockerSandbox.attach(first.id, { docker: socket, workspace: first.workspace });
         expect(again.id).toBe(first.id);
         expect(text((await toSeedProtocol(again).downloadFiles(["/kept.txt"]))[0]!.content)).toBe("still here");
         await first.close();
@@ -268,7 +268,7 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("creates a container with the limits asked for and removes it (and its volume) on close", async () => {
-        const sandbox = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS, memoryMb: 300, cpus: 0.5, pidsLimit: 99 });
+        const sandbox = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS, memoryMb: 300, cpus: 0.5, maxProcesses: 99 });
         const docker = new Docker({ socketPath: socket });
         const info = await docker.getContainer(sandbox.id).inspect();
         expect(info.HostConfig).toMatchObject({ Memory: 300 * 1024 * 1024, NanoCpus: 5e8, PidsLimit: 99, NetworkMode: "none", ReadonlyRootfs: true });

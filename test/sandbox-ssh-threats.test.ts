@@ -221,7 +221,7 @@ describe("SshSandbox when the connection drops", () => {
   });
 
   it("gives up on a server that stops answering at the keepalive limit: unavailable, then a new connection", async () => {
-    const native = await fresh({ keepaliveInterval: 1 });
+    const native = await fresh({ keepaliveIntervalSeconds: 1 });
     const sandbox = toSeedProtocol(native);
     const pids = serverPids(native);
     const started = Date.now();
@@ -311,7 +311,7 @@ describe("SshSandbox timeouts", () => {
     await expect(sandbox.execute("true", { timeout: MAX_TIMEOUT_SECONDS + 1 })).rejects.toMatchObject({ code: "invalid_argument" });
     await expect(sandbox.execute("true", { timeout: 2_592_000 })).rejects.toMatchObject({ code: "invalid_argument" });
     await expect(fresh({ timeout: 2_592_000 })).rejects.toMatchObject({ code: "invalid_argument" });
-    await expect(fresh({ connectTimeout: 2_592_000 })).rejects.toMatchObject({ code: "invalid_argument" });
+    await expect(fresh({ connectTimeoutSeconds: 2_592_000 })).rejects.toMatchObject({ code: "invalid_argument" });
     expect(await sandbox.execute("sleep 0.2; echo ran", { timeout: MAX_TIMEOUT_SECONDS })).toMatchObject({ output: "ran\n", exitCode: 0 });
     const patient = toSeedProtocol(await fresh({ timeout: MAX_TIMEOUT_SECONDS }));
     expect(await patient.execute("sleep 0.2; echo ran")).toMatchObject({ output: "ran\n", exitCode: 0 });

@@ -90,6 +90,21 @@ describe("StateBackend: files changed by someone else", () => {
 
   it("rejects a runtime that is neither", () => {
     expect(() => new StateBackend(42 as never)).toThrow(/BackendRuntime/);
+    expect(() => new StateBackend({ runtime: 42 as never })).toThrow(/BackendRuntime/);
+  });
+
+  it("takes the runtime as an option, or as the one argument when it has a `state` (the deepagents form)", async () => {
+    const runtime = new BackendRuntime({ files: {} as Record<string, FileData> });
+    const viaOptions = new StateBackend({ runtime, maxFileSize: 4 });
+    expect((await viaOptions.write("/a.txt", "a")).error).toBeUndefined();
+    expect((await viaOptions.write("/big.txt", "12345")).error?.code).toBe("too_large");
+    expect(Object.keys(runtime.state.files)).toEqual(["/a.txt"]);
+    // deepagents passes its whole runtime: { state: { files }, store?, config? }.
+    const deepagents = { state: { files: runtime.state.files }, store: undefined, config: { configurable: { thread_id: "t" } } };
+    const backend = new StateBackend(deepagents);
+    expect(await toSeedProtocol(backend).read("/a.txt")).toBe("     1\ta");
+    expect(backend.runtime.state).toBe(deepagents.state);
+    expect(() => new StateBackend(null as never)).toThrow(/BackendRuntime/);
   });
 });
 
@@ -109,7 +124,7 @@ describe("StateBackend: text holding NUL", () => {
 
 describe("StateBackend: quota", () => {
   it("refuses writes, edits and uploads beyond it and allows shrinking", async () => {
-    const backend = new StateBackend(undefined, { quota: { maxBytes: 10, maxFiles: 2 } });
+    const backend = new StateBackend({ quota: { maxBytes: 10, maxFiles: 2 } });
     const seed = toSeedProtocol(backend);
     expect((await seed.write("/a", "12345")).error).toBeUndefined();
     expect((await seed.write("/b", "123456")).code).toBe("quota_exceeded");
@@ -125,7 +140,7 @@ describe("StateBackend: quota", () => {
 
   it("counts files changed by someone else", async () => {
     const runtime = new BackendRuntime({ files: {} as Record<string, FileData> });
-    const backend = new StateBackend(runtime, { quota: { maxFiles: 2 } });
+    const backend = new StateBackend({ runtime, quota: { maxFiles: 2 } });
     const seed = toSeedProtocol(backend);
     await seed.write("/a", "a");
     runtime.state.files["/b"] = fileDataFromText("b");
@@ -133,7 +148,7 @@ describe("StateBackend: quota", () => {
   });
 
   it("rejects a malformed quota", () => {
-    expect(() => new StateBackend(undefined, { quota: { maxBytes: -1 } })).toThrow(/quota.maxBytes/);
+    expect(() => new StateBackend({ quota: { maxBytes: -1 } })).toThrow(/quota.maxBytes/);
   });
 });
 

@@ -161,6 +161,7 @@ describe("PostgresStore: schema and indexes", () => {
   it("leaves a caller's pool open when the store closes", async () => {
     const pool = new pg.Pool({ connectionString: url, max: 1 });
     const store = new PostgresStore({ pool });
+    expect(store.client).toBe(pool);
     await store.get(["pool"], "/x");
     await store.close();
     expect((await pool.query("SELECT 1 AS one")).rows[0]).toEqual({ one: 1 });

@@ -26,6 +26,7 @@ describe("RedisStore: key layout", () => {
   it("keeps a namespace under its own key base and leaves only its version counter (and the store's schema version) once emptied", async () => {
     const prefix = `layout-${randomUUID()}:`;
     const store = new RedisStore({ client, keyPrefix: prefix });
+    expect(store.client).toBe(client);
     const ns = ["a"];
     await store.putMany(ns, [
       ["/x/y/z.txt", fileDataFromText("z")],

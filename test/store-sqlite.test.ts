@@ -66,7 +66,7 @@ describe("SqliteStore", () => {
 
     const store = new SqliteStore({ path });
     try {
-      expect(store.getInstance().pragma("integrity_check", { simple: true })).toBe("ok");
+      expect(store.client.pragma("integrity_check", { simple: true })).toBe("ok");
       const backend = new StoreBackend({ store, namespace: ["crash"] });
       const seed = toSeedProtocol(backend);
       const present = new Set<number>();
@@ -151,7 +151,7 @@ describe("SqliteStore", () => {
     const holder = new SqliteStore({ path });
     const waiter = new SqliteStore({ path, busyTimeoutMs: 100 });
     await holder.put(["ns"], "/f.txt", fileDataFromText("before"));
-    const lock = holder.getInstance();
+    const lock = holder.client;
     lock.exec("BEGIN IMMEDIATE");
     const started = performance.now();
     const error = await waiter.put(["ns"], "/f.txt", fileDataFromText("blocked")).catch((e: unknown) => e);

@@ -32,7 +32,7 @@ runConformance({
 
 runConformance({
   name: "StoreBackend over LangGraph InMemoryStore",
-  create: () => new StoreBackend({ store: new LangGraphStore(new InMemoryStore()), namespace: ["assistant-1", "filesystem"] }),
+  create: () => new StoreBackend({ store: new LangGraphStore({ store: new InMemoryStore() }), namespace: ["assistant-1", "filesystem"] }),
   destroy: (backend) => backend.store.close(),
   close: (backend) => backend.store.close(),
   capabilities: { closedCode: "unavailable" },
@@ -46,6 +46,6 @@ runStoreConformance({
 });
 runStoreConformance({
   name: "LangGraphStore over InMemoryStore",
-  create: (options) => new LangGraphStore(new InMemoryStore(), options),
+  create: (options) => new LangGraphStore({ store: new InMemoryStore(), ...options }),
   destroy: (store) => store.close(),
 });

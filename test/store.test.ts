@@ -35,7 +35,7 @@ const engines: ReadonlyArray<{ name: string; create: (maxValueSize?: number) => 
     colonsInNamespaces: true,
   },
   // LangGraph itself rejects '.' and ':' in namespace labels.
-  { name: "LangGraphStore", create: (maxValueSize) => new LangGraphStore(new InMemoryStore(), { maxValueSize }), colonsInNamespaces: false },
+  { name: "LangGraphStore", create: (maxValueSize) => new LangGraphStore({ store: new InMemoryStore(), maxValueSize }), colonsInNamespaces: false },
 ];
 
 const text = (content: string) => fileDataFromText(content);
@@ -343,7 +343,7 @@ describe("LangGraphStore with deepagents", () => {
     const langgraph = new InMemoryStore();
     const theirs = new DeepagentsStoreBackend({ store: langgraph, namespace: ["team", "filesystem"] });
     await theirs.write("/from-deepagents.md", "# Title\nbody\n");
-    const ours = toSeedProtocol(new StoreBackend({ store: new LangGraphStore(langgraph), namespace: ["team", "filesystem"] }));
+    const ours = toSeedProtocol(new StoreBackend({ store: new LangGraphStore({ store: langgraph }), namespace: ["team", "filesystem"] }));
     expect(await ours.read("/from-deepagents.md")).toBe("     1\t# Title\n     2\tbody");
     expect((await ours.edit("/from-deepagents.md", "body", "edited body")).error).toBeUndefined();
     expect(await ours.write("/from-strata.md", "hello\nworld")).toMatchObject({ path: "/from-strata.md" });
@@ -360,13 +360,15 @@ describe("LangGraphStore with deepagents", () => {
     const langgraph = new InMemoryStore();
     const now = new Date().toISOString();
     await langgraph.put(["fs"], "/img.png", { content: new Uint8Array([137, 80, 78, 71, 0]), mimeType: "image/png", created_at: now, modified_at: now });
-    const ours = toSeedProtocol(new StoreBackend({ store: new LangGraphStore(langgraph), namespace: ["fs"] }));
+    const adapter = new LangGraphStore({ store: langgraph });
+    expect(adapter.client).toBe(langgraph);
+    const ours = toSeedProtocol(new StoreBackend({ store: adapter, namespace: ["fs"] }));
     expect(await ours.downloadFiles(["/img.png"])).toEqual([{ path: "/img.png", content: new Uint8Array([137, 80, 78, 71, 0]), error: null }]);
     expect(await ours.read("/img.png")).toMatch(/^Error: .*binary file \(5 bytes\)/);
   });
 
   it("maps LangGraph's own namespace rules to invalid_argument", async () => {
-    const store = new LangGraphStore(new InMemoryStore());
+    const store = new LangGraphStore({ store: new InMemoryStore() });
     expect(await rejection(store.put(["has.dot"], "/f", text("x")))).toBe("invalid_argument");
   });
 });

@@ -31,7 +31,7 @@ export const TEST_LABELS = { "strata.test": "1" };
 
 /**
  * One container per image for a whole test file; each test gets a fresh,
- * empty workspace directory in it (attach with a new workDir), which is
+ * empty workspace directory in it (attach with a new workspace), which is
  * far faster than a container per test.
  */
 export class SharedContainer {
@@ -51,7 +51,7 @@ export class SharedContainer {
   /** A sandbox on a fresh, empty workspace in the shared container. */
   async fresh(options: DockerSandboxOptions = {}): Promise<DockerSandbox> {
     const base = await this.container();
-    return DockerSandbox.attach(base.id, { docker: dockerService().socket, workDir: `/workspace/${randomUUID()}`, ...this.options, ...options });
+    return DockerSandbox.attach(base.id, { docker: dockerService().socket, workspace: `/workspace/${randomUUID()}`, ...this.options, ...options });
   }
 
   /** Removes the container. */
