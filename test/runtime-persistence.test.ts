@@ -436,7 +436,7 @@ describe("persistent sandbox registry: only what the provider created is destroy
       expect(await probe.dispatch(commandRun({ cmd: `mkdir -p ${dir} && echo precious > ${dir}/keep.txt` }))).toMatchObject({ exitCode: 0 });
       const url = `ssh://${process.env.STRATA_SSH_USER}@${process.env.STRATA_SSH_HOST}:${process.env.STRATA_SSH_PORT ?? 22}${dir}`;
       const registry = new PersistentSandboxRegistry({ root, providers });
-      // With a spec that names no workingDir: the provider used to take that as "mine".
+      // With a spec that names no workspace: the provider used to take that as "mine".
       for (const spec of [null, {}]) {
         const record = await registry.recordRemote("ssh", url, spec);
         const handle = await registry.reattach(record.id);
