@@ -80,6 +80,22 @@ export class CompositeBackend extends BaseBackend implements Sandbox {
     return t.prefix === undefined && this.routes.some((route) => isWithin(t.inner, route.prefix));
   }
 
+  /**
+   * Where the default backend's path space starts: a sandbox's workspace
+   * (e.g. /workspace). Its ancestors are directories here, leading to it, as
+   * a route's mount point's are; a search from above starts there.
+   */
+  private get defaultRoot(): string {
+    const root = (this.default as { root?: unknown }).root;
+    return typeof root === "string" ? root : "/";
+  }
+
+  /** A path above the default's root (never "/" of a default rooted at "/"). */
+  private aboveDefault(path: string): boolean {
+    const root = this.defaultRoot;
+    return root !== "/" && path !== root && isWithin(path, root);
+  }
+
   /** Whether an outer path belongs to the target's backend rather than to a longer route under it. */
   private owns(t: Target, path: string): boolean {
     return this.target(path).prefix === t.prefix;
@@ -88,7 +104,10 @@ export class CompositeBackend extends BaseBackend implements Sandbox {
   protected async doLs(dirPath: string): Promise<FileInfo[]> {
     const dir = normalizePath(dirPath);
     const t = this.target(dir);
-    const listed = this.unwrap(t, await t.backend.ls(t.inner)).entries;
+    const listed =
+      t.prefix === undefined && this.aboveDefault(dir)
+        ? [{ path: `${joinPath(dir, relativeTo(dir, this.defaultRoot).split("/")[0]!)}/`, is_dir: true }]
+        : this.unwrap(t, await t.backend.ls(t.inner)).entries;
     const entries = new Map<string, FileInfo>();
     for (const info of listed) {
       const path = outer(t.prefix, info.path);
@@ -125,7 +144,8 @@ export class CompositeBackend extends BaseBackend implements Sandbox {
   protected override async doStat(filePath: string): Promise<FileInfo> {
     const path = normalizePath(filePath);
     const t = this.target(path);
-    if (path === "/" || this.isMountDirectory(t) || (t.prefix !== undefined && t.inner === "/")) return { path: path === "/" ? "/" : `${path}/`, is_dir: true };
+    const directory = path === "/" || this.isMountDirectory(t) || (t.prefix !== undefined && t.inner === "/") || (t.prefix === undefined && this.aboveDefault(path));
+    if (directory) return { path: path === "/" ? "/" : `${path}/`, is_dir: true };
     const info = this.unwrap(t, await t.backend.stat(t.inner));
     return { ...info, path: outer(t.prefix, info.path) };
   }
@@ -293,7 +313,8 @@ export class CompositeBackend extends BaseBackend implements Sandbox {
 
   /** The backends a search under `root` must visit, each with its inner search path. */
   private fanOut(root: string): Target[] {
-    const t = this.target(root);
+    const found = this.target(root);
+    const t = found.prefix === undefined && this.aboveDefault(root) ? { ...found, inner: this.defaultRoot } : found;
     const targets: Target[] = [t];
     for (const route of this.routes) {
       if (route.prefix !== t.prefix && isWithin(root, route.prefix)) targets.push({ backend: route.backend, prefix: route.prefix, inner: "/" });

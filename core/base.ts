@@ -313,6 +313,11 @@ export abstract class BaseBackend implements Backend {
     return "/";
   }
 
+  /** Where this backend's path space starts: "/", or a sandbox's workspace. */
+  get root(): string {
+    return this.pathRoot;
+  }
+
   /** A caller's path as the driver names it. Relative paths start at the root; absolute ones must lie within it. */
   protected toDriverPath(path: string): string {
     const root = this.pathRoot;

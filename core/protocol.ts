@@ -66,6 +66,8 @@ export interface Backend {
 /** A backend that also runs commands, in the same path space as its files. */
 export interface Sandbox extends Backend {
   readonly id: string;
+  /** Where the sandbox's path space starts: its workspace (e.g. "/workspace"), the commands' working directory. */
+  readonly root: string;
   /** Runs a shell command to completion: combined output, exit code (124 on timeout), `truncated`. */
   execute(command: string, options?: ExecuteOptions): Promise<Result<ExecuteResponse>>;
   /** Starts a command and hands back its streams: write stdin, read stdout and stderr as they come, `wait`, `kill`. */
