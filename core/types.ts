@@ -120,8 +120,12 @@ export interface Failure {
   error: ErrorInfo;
 }
 
-/** What every native operation answers: its value, or `{ error }`. Narrow with `if (result.error)`. */
-export type Result<T extends object> = (T & { error?: undefined }) | Failure;
+/**
+ * What every native operation answers: its value, or `{ error }`. Narrow
+ * with `if (result.error)`; without narrowing, the value's fields read as
+ * possibly undefined (`result.entries?.length`).
+ */
+export type Result<T extends object> = (T & { error?: undefined }) | (Failure & { [K in Exclude<keyof T, "error">]?: undefined });
 
 /** Options every native operation takes. */
 export interface OperationOptions {
