@@ -284,7 +284,8 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     let copy: ExecuteOptions | undefined;
     try {
       copy = readOptions(options);
-      return await this.doExecute(command, this.driverOptions(copy));
+      // Checked before the cwd is translated, so a bad cwd is invalid_argument as every other bad option is.
+      return await this.doExecute(command, this.driverOptions(checkExecute(command, copy)));
     } catch (error) {
       return { error: this.callerError(toErrorInfo(this.closedIfClosing(abortedBy(copy?.signal, error)))) };
     }
