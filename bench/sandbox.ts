@@ -105,8 +105,8 @@ function describeDockerTrips(before: DockerSandbox["stats"], after: DockerSandbo
  * deepagents' BaseSandbox over a Strata DockerSandbox's container: its
  * `execute` is Strata's (same exec, same wrapper), its uploads and downloads
  * are Strata's archive transfers; only the derived file operations differ.
- * deepagents addresses files by their path in the container, Strata by
- * virtual path (workspace = "/"); this maps one to the other.
+ * Both address files by their path in the container (Strata's file paths
+ * are the container's own, under its workspace), so paths pass unchanged.
  */
 class DeepagentsOverDocker extends DeepagentsBaseSandbox {
   readonly id: string;
@@ -117,20 +117,16 @@ class DeepagentsOverDocker extends DeepagentsBaseSandbox {
     this.id = `deepagents-${strata.id.slice(0, 12)}`;
     this.seed = toSeedProtocol(strata);
   }
-  private virtual(path: string): string {
-    const ws = this.strata.workspace;
-    return path.startsWith(`${ws}/`) ? path.slice(ws.length) : path;
-  }
   async execute(command: string): Promise<{ output: string; exitCode: number | null; truncated: boolean }> {
     const { output, exitCode, truncated } = await this.seed.execute(command);
     return { output, exitCode, truncated };
   }
   async uploadFiles(files: Array<[string, Uint8Array]>) {
-    const responses = await this.seed.uploadFiles(files.map(([path, bytes]) => [this.virtual(path), bytes] as const));
+    const responses = await this.seed.uploadFiles(files);
     return responses.map((r, i) => ({ path: files[i]![0], error: r.error }));
   }
   async downloadFiles(paths: string[]) {
-    const responses = await this.seed.downloadFiles(paths.map((p) => this.virtual(p)));
+    const responses = await this.seed.downloadFiles(paths);
     return responses.map((r, i) => ({ path: paths[i]!, content: r.content, error: r.error }));
   }
 }
@@ -172,6 +168,8 @@ function opsFixture(prefix: string): [string, Uint8Array][] {
 interface Opened {
   name: string;
   sandbox: Closable;
+  /** Where the sandbox's file paths start: its workspace (LocalSandbox's is "/"). */
+  root: string;
 }
 
 export const sandboxGroup: BenchGroup = {
@@ -429,23 +427,23 @@ export const sandboxGroup: BenchGroup = {
       };
       if (bwrap) {
         ctx.log("round trips per file op: bubblewrap");
-        await opsCount("BubblewrapSandbox", bwrap, () => bwrap.executeCalls, "/count");
+        await opsCount("BubblewrapSandbox", bwrap, () => bwrap.executeCalls, `${bwrap.workspace}/count`);
       }
       const gnu = dockers.find((d) => d.label === "gnu") ?? dockers[0];
       if (gnu) {
         ctx.log(`round trips per file op: docker (${gnu.label})`);
-        await opsCount(`DockerSandbox (${gnu.label})`, gnu.sandbox, () => dockerTrips(gnu.sandbox), "/count");
+        await opsCount(`DockerSandbox (${gnu.label})`, gnu.sandbox, () => dockerTrips(gnu.sandbox), `${gnu.sandbox.workspace}/count`);
       }
 
       // ---- 3. a 1000-file upload in one transfer
       const thousand = (prefix: string): [string, Uint8Array][] =>
         Array.from({ length: 1000 }, (_, i) => [`${prefix}/d${i % 10}/f${i}.txt`, text(`file ${i}\n`)] as [string, Uint8Array]);
-      const uploadContender = (name: string, sandbox: Closable, label: string): Contender => {
+      const uploadContender = (name: string, sandbox: DockerSandbox | SshSandbox, label: string): Contender => {
         let n = 0;
         return {
           name,
           run: async () => {
-            const { files } = unwrap(await sandbox.uploadFiles(thousand(`/up-${label}-${n++}`)));
+            const { files } = unwrap(await sandbox.uploadFiles(thousand(`${sandbox.workspace}/up-${label}-${n++}`)));
             const failed = files.filter((r) => r.error);
             if (failed.length > 0) throw new Error(`${failed.length} uploads failed, first: ${failed[0]!.error!.message}`);
             return files.length;
@@ -457,7 +455,7 @@ export const sandboxGroup: BenchGroup = {
         ctx.log("1000-file upload: docker");
         const { sandbox } = gnu;
         const before = { ...sandbox.stats };
-        await sandbox.uploadFiles(thousand("/up-probe"));
+        await sandbox.uploadFiles(thousand(`${sandbox.workspace}/up-probe`));
         const requests = describeDockerTrips(before, sandbox.stats);
         // One exec carries the whole batch (the archive API unpacks as root and through planted links, so it is not used).
         const oneTransfer = sandbox.stats.execs - before.execs === 1 && sandbox.stats.putArchives === before.putArchives && sandbox.stats.getArchives === before.getArchives;
@@ -489,7 +487,7 @@ export const sandboxGroup: BenchGroup = {
       if (ssh) {
         ctx.log("1000-file upload: ssh");
         const before = { ...ssh.stats };
-        await ssh.uploadFiles(thousand("/up-probe"));
+        await ssh.uploadFiles(thousand(`${ssh.workspace}/up-probe`));
         const execs = ssh.stats.execs - before.execs;
         const sessions = ssh.stats.sftpSessions - before.sftpSessions;
         results.push(
@@ -510,7 +508,7 @@ export const sandboxGroup: BenchGroup = {
       if (bwrap) {
         ctx.log("1000-file upload: bubblewrap");
         const before = bwrap.executeCalls;
-        await bwrap.uploadFiles(thousand("/up-probe"));
+        await bwrap.uploadFiles(thousand(`${bwrap.workspace}/up-probe`));
         const calls = bwrap.executeCalls - before;
         let n = 0;
         results.push(
@@ -523,7 +521,7 @@ export const sandboxGroup: BenchGroup = {
             maxSamples: 3,
             strata: {
               name: "Strata BubblewrapSandbox",
-              run: async () => unwrap(await bwrap.uploadFiles(thousand(`/up-${n++}`))).files.filter((r) => !r.error).length,
+              run: async () => unwrap(await bwrap.uploadFiles(thousand(`${bwrap.workspace}/up-${n++}`))).files.filter((r) => !r.error).length,
             },
             peers: [],
             target: { kind: "check", met: calls <= 1, text: "one transfer (at most one round trip)" },
@@ -542,15 +540,16 @@ export const sandboxGroup: BenchGroup = {
         // deepagents answers in the seed shape, so Strata's side is measured through toSeedProtocol.
         const seed = toSeedProtocol(strata);
         const deepagents = new DeepagentsOverDocker(strata);
+        // Both sides name the files by their path in the container.
         const ws = strata.workspace;
-        const fixture = opsFixture("/vs");
-        const dels = (who: string): [string, Uint8Array][] => Array.from({ length: 300 }, (_, i) => [`/vs/del/${who}${i}.txt`, text("x\n")]);
+        const fixture = opsFixture(`${ws}/vs`);
+        const dels = (who: string): [string, Uint8Array][] => Array.from({ length: 300 }, (_, i) => [`${ws}/vs/del/${who}${i}.txt`, text("x\n")]);
         const setup = await strata.uploadFiles([
           ...fixture,
           ...dels("s"),
           ...dels("d"),
-          ["/vs/edit-s.txt", text("value: 0\n")],
-          ["/vs/edit-d.txt", text("value: 0\n")],
+          [`${ws}/vs/edit-s.txt`, text("value: 0\n")],
+          [`${ws}/vs/edit-d.txt`, text("value: 0\n")],
         ]);
         if (setup.error || setup.files.some((r) => r.error)) throw new Error("could not set up the Strata-vs-deepagents files");
         const counter = () => {
@@ -571,12 +570,12 @@ export const sandboxGroup: BenchGroup = {
         const ops: { op: string; strata: () => Promise<number>; deepagents: () => Promise<number> }[] = [
           {
             op: "ls (20 entries)",
-            strata: async () => (await seed.lsInfo("/vs/src/d1")).length,
+            strata: async () => (await seed.lsInfo(`${ws}/vs/src/d1`)).length,
             deepagents: async () => (await deepagents.ls(`${ws}/vs/src/d1`)).files?.length ?? -1,
           },
           {
             op: "read (100 lines)",
-            strata: async () => countLines(await seed.read("/vs/read.txt")),
+            strata: async () => countLines(await seed.read(`${ws}/vs/read.txt`)),
             deepagents: async () => {
               const r = await deepagents.read(`${ws}/vs/read.txt`);
               return typeof r.content === "string" ? countLines(r.content) : -1;
@@ -584,14 +583,14 @@ export const sandboxGroup: BenchGroup = {
           },
           {
             op: "write (new file)",
-            strata: async () => ((await seed.write(`/vs/new/s${sWrite()}.txt`, "hello\n")).error ? -1 : 1),
+            strata: async () => ((await seed.write(`${ws}/vs/new/s${sWrite()}.txt`, "hello\n")).error ? -1 : 1),
             deepagents: async () => ((await deepagents.write(`${ws}/vs/new/d${dWrite()}.txt`, "hello\n")).error ? -1 : 1),
           },
           {
             op: "edit",
             strata: async () => {
               const n = sEdit();
-              const r = await seed.edit("/vs/edit-s.txt", `value: ${n}`, `value: ${n + 1}`);
+              const r = await seed.edit(`${ws}/vs/edit-s.txt`, `value: ${n}`, `value: ${n + 1}`);
               if (r.error) throw new Error(r.error);
               return r.occurrences ?? -1;
             },
@@ -604,17 +603,17 @@ export const sandboxGroup: BenchGroup = {
           },
           {
             op: "grep (201 files)",
-            strata: async () => (await seed.grep(TREE_NEEDLE, "/vs/src")).matches.length,
+            strata: async () => (await seed.grep(TREE_NEEDLE, `${ws}/vs/src`)).matches.length,
             deepagents: async () => (await deepagents.grep(TREE_NEEDLE, `${ws}/vs/src`)).matches?.length ?? -1,
           },
           {
             op: "glob `**/*.txt` (200 files)",
-            strata: async () => (await seed.globInfo("**/*.txt", "/vs/src")).length,
+            strata: async () => (await seed.globInfo("**/*.txt", `${ws}/vs/src`)).length,
             deepagents: async () => (await deepagents.glob("**/*.txt", `${ws}/vs/src`)).files?.length ?? -1,
           },
           {
             op: "delete (a file)",
-            strata: async () => ((await seed.delete(`/vs/del/s${sDel()}.txt`)).error ? -1 : 1),
+            strata: async () => ((await seed.delete(`${ws}/vs/del/s${sDel()}.txt`)).error ? -1 : 1),
             deepagents: async () => ((await deepagents.delete(`${ws}/vs/del/d${dDel()}.txt`)).error ? -1 : 1),
           },
         ];
@@ -649,10 +648,13 @@ export const sandboxGroup: BenchGroup = {
 
       // ---- grep and glob over the generated tree, against deepagents' LocalShellBackend (host-side search)
       const bwrapTree = bwrap ? await open("BubblewrapSandbox on the tree", () => probed(new BubblewrapSandbox({ workspace: root }))) : undefined;
-      const onTree: Opened[] = [{ name: "LocalSandbox", sandbox: local }, ...(bwrapTree ? [{ name: "BubblewrapSandbox", sandbox: bwrapTree }] : [])];
+      const onTree: Opened[] = [
+        { name: "LocalSandbox", sandbox: local, root: "/" },
+        ...(bwrapTree ? [{ name: "BubblewrapSandbox", sandbox: bwrapTree, root: bwrapTree.workspace }] : []),
+      ];
       const hostBackend = await LocalShellBackend.create({ rootDir: root, virtualMode: true });
       cleanups.push(() => hostBackend.close());
-      for (const { name, sandbox } of onTree) {
+      for (const { name, sandbox, root: searchRoot } of onTree) {
         ctx.log(`grep and glob through ${name} over the ${tree}`);
         // Against deepagents (the seed shape): Strata through toSeedProtocol.
         const seed = toSeedProtocol(sandbox);
@@ -661,7 +663,7 @@ export const sandboxGroup: BenchGroup = {
             group,
             reps: ctx.reps,
             name: `literal grep through the sandbox, ${tree}, ${name}`,
-            strata: { name: `Strata ${name}`, run: async () => (await seed.grep(TREE_NEEDLE, "/")).matches.length },
+            strata: { name: `Strata ${name}`, run: async () => (await seed.grep(TREE_NEEDLE, searchRoot)).matches.length },
             peers: [{ name: "deepagents LocalShellBackend", run: async () => (await hostBackend.grep(TREE_NEEDLE, "/")).matches?.length ?? -1 }],
             notes: [
               "Strata's sandboxes derive grep and glob from a shell script run inside the sandbox (the same in bubblewrap, " +
@@ -673,7 +675,7 @@ export const sandboxGroup: BenchGroup = {
             group,
             reps: ctx.reps,
             name: `glob \`${GLOB}\` through the sandbox, ${tree}, ${name}`,
-            strata: { name: `Strata ${name}`, run: async () => (await seed.globInfo(GLOB, "/")).length },
+            strata: { name: `Strata ${name}`, run: async () => (await seed.globInfo(GLOB, searchRoot)).length },
             peers: [{ name: "deepagents LocalShellBackend", run: async () => (await hostBackend.glob(GLOB, "/")).files?.length ?? -1 }],
           }),
         );

@@ -2,7 +2,8 @@
  * `npm run demo`: one composite workspace on embedded defaults, exercised
  * the way an agent would, printing each call and what came back.
  *
- *   /            a sandbox (bubblewrap when available, else a plain local process)
+ *   /            a sandbox (bubblewrap when available, else a plain local process); its files
+ *                are its own paths, as its commands see them: /workspace/… in bubblewrap
  *   /memories    StoreBackend over SQLite (a file under .strata/), kept across runs
  *   /scratch     StateBackend, in memory
  *   /docs        FilesystemBackend over this repository's docs/ (read-only use)
@@ -29,6 +30,10 @@ async function main(): Promise<void> {
   const isolated = await BubblewrapSandbox.isAvailable();
   const sandbox = isolated ? new BubblewrapSandbox() : new LocalSandbox();
   const store = new SqliteStore({ path: join(dataDir, "demo.db") });
+  // Files and commands share the sandbox's paths, starting at its root: /workspace in bubblewrap
+  // (/workspace/app.py is the file python3 runs), "/" in LocalSandbox (whose "/" is its workspace).
+  const home = sandbox.root === "/" ? "" : sandbox.root;
+  const app = `${home}/app.py`;
   const workspace = new CompositeBackend({
     default: sandbox,
     routes: {
@@ -37,19 +42,19 @@ async function main(): Promise<void> {
       "/docs": new FilesystemBackend({ workspace: join(repo, "docs") }),
     },
   });
-  console.log(`Workspace: sandbox '${sandbox.id}' (${isolated ? "bubblewrap: namespaces, no network" : "local process, no isolation"}) at /, SQLite at /memories, memory at /scratch, disk at /docs`);
+  console.log(`Workspace: sandbox '${sandbox.id}' (${isolated ? "bubblewrap: namespaces, no network" : "local process, no isolation"}) at ${sandbox.root}, SQLite at /memories, memory at /scratch, disk at /docs`);
 
   try {
     step("ls /  — routes show up as directories");
     const root = await workspace.ls("/");
     show(root.error ?? root.entries.map((info) => info.path));
 
-    step("write /app.py in the sandbox, then run it");
-    show(await workspace.write("/app.py", 'print("hello from", __name__)\n', { overwrite: true }));
+    step(`write ${app} in the sandbox, then run it`);
+    show(await workspace.write(app, 'print("hello from", __name__)\n', { overwrite: true }));
     show(await workspace.execute("ls; if command -v python3 >/dev/null; then python3 app.py; else cat app.py; fi"));
 
     step("write the same path again without overwrite — refused, content kept");
-    show(await workspace.write("/app.py", "clobbered"));
+    show(await workspace.write(app, "clobbered"));
 
     step("edit: an ambiguous string is refused with a count, replaceAll changes every one");
     await workspace.write("/scratch/config.ini", "debug = false\nverbose = false\n", { overwrite: true });
@@ -73,7 +78,7 @@ async function main(): Promise<void> {
     const png = Uint8Array.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 255]);
     const uploads = await workspace.uploadFiles([["/scratch/logo.png", png], ["/../escape", png], ["/memories/logo.png", png]]);
     show(uploads.error ?? uploads.files.map((u) => ({ path: u.path, error: u.error })));
-    const downloads = await workspace.downloadFiles(["/memories/logo.png", "/nope"]);
+    const downloads = await workspace.downloadFiles(["/memories/logo.png", `${home}/nope`]);
     show(downloads.error ?? downloads.files.map((d) => ({ path: d.path, bytes: d.content?.length ?? null, error: d.error?.code ?? null })));
     const logo = await workspace.read("/scratch/logo.png");
     show(logo.error ?? (logo.encoding === "binary" ? { path: logo.path, encoding: logo.encoding, mimeType: logo.mimeType, size: logo.size } : logo));

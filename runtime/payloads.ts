@@ -3,7 +3,7 @@ import { z } from "zod";
 import { errors, StrataError, type ErrorCode, type ErrorInfo } from "../core/errors.js";
 import { decodeText, encodeText } from "../core/filedata.js";
 import { timeoutSeconds } from "../core/limits.js";
-import { normalizePath, parentOf } from "../core/paths.js";
+import { baseName, normalizePath, parentOf } from "../core/paths.js";
 import type { Sandbox } from "../core/protocol.js";
 import type { ExecuteOptions, FileInfo, Result } from "../core/types.js";
 import { TIMEOUT_EXIT_CODE } from "../sandboxes/output.js";
@@ -257,26 +257,26 @@ function failureOf(error: ErrorInfo, path?: string): ToolExecutionFailure {
   return toolFailure(error.code, error.message, error.path ?? (PATH_CODES.has(error.code) ? path : undefined));
 }
 
-/** The payload's path as a failure's `path`: normalised when it can be; a hostile one (NUL, over-long) is left out. */
-function failurePath(path: string | undefined): string | undefined {
+/** The payload's path as a failure's `path`: as the sandbox names it when it can be; a hostile one (NUL, over-long) is left out. */
+function failurePath(sandbox: Sandbox, path: string | undefined): string | undefined {
   if (path === undefined) return undefined;
   try {
-    return normalizePath(path);
+    return sandboxPath(sandbox, path);
   } catch {
     return path.length <= 4096 && !path.includes("\0") ? path : undefined;
   }
 }
 
-/** The virtual path a payload is about, if any: a files payload's path, a command's cwd. */
-function subjectPath(payload: Payload): string | undefined {
+/** The path a payload is about, if any: a files payload's path, a command's cwd. */
+function subjectPath(sandbox: Sandbox, payload: Payload): string | undefined {
   switch (payload.type) {
     case "files.read":
     case "files.write":
     case "files.list":
     case "files.exists":
-      return failurePath(payload.path);
+      return failurePath(sandbox, payload.path);
     case "command.run":
-      return failurePath(payload.cwd);
+      return failurePath(sandbox, payload.cwd);
     case "code.run":
       return undefined;
   }
@@ -321,7 +321,7 @@ export async function dispatchPayload<P extends Payload>(
   try {
     return (await run(sandbox, parsed, context)) as ResultOf<P["type"]>;
   } catch (error) {
-    return failureFrom(error, subjectPath(parsed));
+    return failureFrom(error, subjectPath(sandbox, parsed));
   }
 }
 
@@ -344,7 +344,7 @@ function run(sandbox: Sandbox, payload: Payload, context: DispatchContext): Prom
 
 async function runCommand(sandbox: Sandbox, payload: CommandRun, context: DispatchContext): Promise<CommandResult | ToolExecutionFailure> {
   const cmd = typeof payload.cmd === "string" ? payload.cmd : payload.cmd.map(shellQuote).join(" ");
-  const cwd = payload.cwd === undefined ? undefined : normalizePath(payload.cwd);
+  const cwd = payload.cwd === undefined ? undefined : sandboxPath(sandbox, payload.cwd);
   const run = await executeSeparated(sandbox, cmd, {
     env: mergeEnv(context.env, payload.env),
     cwd,
@@ -357,7 +357,7 @@ async function runCommand(sandbox: Sandbox, payload: CommandRun, context: Dispat
 }
 
 async function readFile(sandbox: Sandbox, payload: FilesRead): Promise<FileContent | ToolExecutionFailure> {
-  const path = normalizePath(payload.path);
+  const path = sandboxPath(sandbox, payload.path);
   const downloaded = await sandbox.downloadFiles([path]);
   if (downloaded.error) return failureOf(downloaded.error, path);
   const [item] = downloaded.files;
@@ -370,7 +370,8 @@ async function readFile(sandbox: Sandbox, payload: FilesRead): Promise<FileConte
 }
 
 async function writeFile(sandbox: Sandbox, payload: FilesWrite): Promise<FileWriteResult | ToolExecutionFailure> {
-  const path = normalizePath(payload.path);
+  const path = sandboxPath(sandbox, payload.path);
+  // "/" is a directory in every sandbox, within its files' path space or not (the workspace itself answers so from the sandbox).
   if (path === "/") return failureFrom(errors.isDirectory(path), path);
   const bytes = typeof payload.data === "string" ? encodeText(payload.data) : payload.data;
   const uploaded = await sandbox.uploadFiles([[path, bytes]]);
@@ -379,8 +380,8 @@ async function writeFile(sandbox: Sandbox, payload: FilesWrite): Promise<FileWri
   if (!item) return failureFrom(errors.io(path), path);
   if (item.error) return failureOf(item.error, path);
   if (payload.mode !== undefined) {
-    // The native API has no chmod; the sandbox's own chmod, relative to the workspace root, sets the bits.
-    const chmod = await sandbox.execute(`chmod ${payload.mode.toString(8)} ${shellQuote(`.${path}`)}`, { cwd: "/" });
+    // The native API has no chmod; the sandbox's own chmod, run in the file's directory (a cwd in the same path space), sets the bits.
+    const chmod = await sandbox.execute(`chmod ${payload.mode.toString(8)} ${shellQuote(`./${baseName(path)}`)}`, { cwd: parentOf(path) });
     if (chmod.error) return failureOf(chmod.error, path);
     if (chmod.exitCode !== 0) {
       const said = chmod.output.trim().split("\n")[0]?.slice(0, 200);
@@ -391,19 +392,36 @@ async function writeFile(sandbox: Sandbox, payload: FilesWrite): Promise<FileWri
 }
 
 async function listFiles(sandbox: Sandbox, payload: FilesList): Promise<FileEntries | ToolExecutionFailure> {
-  const path = normalizePath(payload.path);
+  const path = sandboxPath(sandbox, payload.path);
   const listed = await sandbox.ls(path);
   if (listed.error) return failureOf(listed.error, path);
   return { type: "file_entries", path, entries: listed.entries };
 }
 
-/** Looks the name up in its parent's listing: an empty directory and a missing one both list as []. */
+/**
+ * `stat`s the path: missing (or under a file) is false. Not a listing of its
+ * parent: the workspace's parent lies outside a sandbox's path space.
+ */
 async function fileExists(sandbox: Sandbox, payload: FilesExists): Promise<boolean | ToolExecutionFailure> {
-  const path = normalizePath(payload.path);
+  const path = sandboxPath(sandbox, payload.path);
   if (path === "/") return true;
-  const siblings = await sandbox.ls(parentOf(path));
-  if (siblings.error) return failureOf(siblings.error, path);
-  return siblings.entries.some((entry) => entry.path === path || entry.path === `${path}/`);
+  const info = await sandbox.stat(path);
+  if (!info.error) return true;
+  if (info.error.code === "file_not_found" || info.error.code === "not_a_directory") return false;
+  return failureOf(info.error, path);
+}
+
+/**
+ * A payload's path as the sandbox names it. Paths are the sandbox's own (its
+ * workspace's absolute paths in bubblewrap, Docker and SSH; LocalSandbox's
+ * "/" is its workspace), and a relative path starts at its `root`, the
+ * workspace.
+ */
+function sandboxPath(sandbox: Sandbox, path: string): string {
+  const normal = normalizePath(path);
+  const root = sandbox.root ?? "/";
+  if (path.startsWith("/") || root === "/") return normal;
+  return normal === "/" ? root : `${root}${normal}`;
 }
 
 /** Interpreters tried in order for each language; the program is read from stdin (`-`/`-s`), never from argv. */

@@ -25,7 +25,12 @@ export interface ContainmentLimits {
   maxProcesses?: number;
 }
 
-/** A native sandbox; the cases call it through `toSeedProtocol` where they check the seeds' shapes. */
+/**
+ * A native sandbox; the cases call it through `toSeedProtocol` where they
+ * check the seeds' shapes. Its files and commands share one path space,
+ * starting at its `root` (an isolating sandbox's workspace, e.g.
+ * /workspace): the cases name files by `${root}/x`, as a command sees them.
+ */
 export type ClosableSandbox = Sandbox;
 
 export interface ContainmentTarget {
@@ -160,7 +165,8 @@ export function containmentCases(target: ContainmentTarget): void {
     });
 
     it("contains a fork bomb: the process count stays at the limit, the host can still fork", async () => {
-      const sandbox = toSeedProtocol(await create({ maxProcesses: 64 }));
+      const native = await create({ maxProcesses: 64 });
+      const sandbox = toSeedProtocol(native);
       const marker = `bomb${randomUUID().replace(/-/g, "")}`;
       // Every process of the bomb is a forked `sh <marker>.sh`, so the host can count them. Each forks two
       // more, then blocks opening a FIFO nobody writes (no CPU spent): a shell whose fork fails dies, the
@@ -171,7 +177,7 @@ export function containmentCases(target: ContainmentTarget): void {
       // bound it; BusyBox's shells then die of the interrupted FIFO open, so the count can fall between
       // two samples on a loaded machine).
       await sandbox.write(
-        `/${marker}.sh`,
+        `${native.root}/${marker}.sh`,
         'mkfifo /tmp/hold\nb() { if [ "$1" -lt 10 ]; then b $(($1 + 1)) & b $(($1 + 1)) & fi; read _ < /tmp/hold; }\nb 1 &\nexec sleep 20\n',
       );
       const rssBefore = process.memoryUsage().rss;
@@ -259,16 +265,17 @@ export function containmentCases(target: ContainmentTarget): void {
     });
 
     it("cannot write outside the workspace: system dirs are read-only, /tmp is private", async () => {
-      const sandbox = toSeedProtocol(await create());
+      const native = await create();
+      const sandbox = toSeedProtocol(native);
       const name = `strata-outside-${randomUUID()}`;
       const result = await sandbox.execute(
-        `for f in /usr/${name} /etc/${name} /${name} /bin/${name}; do echo x > "$f" && echo "wrote $f"; done; echo x > /tmp/${name} && echo tmp-ok; echo x > /workspace/inside && echo inside-ok`,
+        `for f in /usr/${name} /etc/${name} /${name} /bin/${name}; do echo x > "$f" && echo "wrote $f"; done; echo x > /tmp/${name} && echo tmp-ok; echo x > ${native.root}/inside && echo inside-ok`,
       );
       expect(result.output).not.toMatch(/wrote \//);
       expect(result.output).toContain("tmp-ok");
       expect(result.output).toContain("inside-ok");
       for (const dir of ["/usr", "/etc", "", "/bin", "/tmp"]) expect(existsSync(`${dir}/${name}`)).toBe(false);
-      expect(new TextDecoder().decode((await sandbox.downloadFiles(["/inside"]))[0]!.content!)).toBe("x\n");
+      expect(new TextDecoder().decode((await sandbox.downloadFiles([`${native.root}/inside`]))[0]!.content!)).toBe("x\n");
     });
 
     it("cannot read host secrets: /etc/shadow and a file in the home directory are not there", async () => {
@@ -411,11 +418,11 @@ export function hostEscapeCases(target: ContainmentTarget): void {
     it("a library the command drops in its workspace, preloaded by its host path, runs in the sandbox only", async () => {
       const native = await create();
       const sandbox = toSeedProtocol(native);
-      expect((await sandbox.uploadFiles([["/probe.so", readFileSync(probe.library)]]))[0]!.error).toBeNull();
+      expect((await sandbox.uploadFiles([[`${native.root}/probe.so`, readFileSync(probe.library)]]))[0]!.error).toBeNull();
       const hostPath = nodePath.join(hostDir(native), "probe.so");
       const result = await sandbox.execute('echo "[$LD_PRELOAD]"', { env: { LD_PRELOAD: hostPath } });
       expect(result.output).toContain(`[${hostPath}]`);
-      const inside = await sandbox.execute("true", { env: { LD_PRELOAD: "/workspace/probe.so" } });
+      const inside = await sandbox.execute("true", { env: { LD_PRELOAD: `${native.root}/probe.so` } });
       expect(inside.exitCode).toBe(0);
       expect(probe.hits()).toEqual([]);
     });
@@ -447,13 +454,14 @@ export function hostEscapeCases(target: ContainmentTarget): void {
     });
 
     it("a file uploaded from the host stays editable by commands", async () => {
-      const sandbox = toSeedProtocol(await create());
+      const native = await create();
+      const sandbox = toSeedProtocol(native);
       const bytes = new TextEncoder().encode("from host\n");
-      expect((await sandbox.uploadFiles([["/deep/er/up.txt", bytes]]))[0]!.error).toBeNull();
+      expect((await sandbox.uploadFiles([[`${native.root}/deep/er/up.txt`, bytes]]))[0]!.error).toBeNull();
       const result = await sandbox.execute("echo from sandbox >> deep/er/up.txt && touch deep/er/new && mv deep/er/up.txt deep/er/moved && cat deep/er/moved");
       expect(result.output).toBe("from host\nfrom sandbox\n");
       expect(result.exitCode).toBe(0);
-      expect((await sandbox.edit("/deep/er/moved", "from sandbox", "edited")).error).toBeFalsy();
+      expect((await sandbox.edit(`${native.root}/deep/er/moved`, "from sandbox", "edited")).error).toBeFalsy();
     });
 
     // Each place a command can look, probed on its own. /proc/*/mountinfo is left out on purpose: the

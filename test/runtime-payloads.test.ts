@@ -54,12 +54,17 @@ const PROGRAMS: Record<CodeLanguage, string> = {
 
 describe.each(targets)("payloads on the $provider provider", ({ provider: name, script, spec, has, lacks }) => {
   let handle: SandboxHandle;
+  /** Where the sandbox's paths start, payloads' included: its workspace (LocalSandbox's "/" is its workspace). */
+  let ws = "/";
+  /** `/x` in the workspace, as the sandbox names it: `${ws}/x`. */
+  const at = (path: string) => (ws === "/" ? path : path === "/" ? ws : `${ws}${path}`);
 
   beforeAll(async () => {
     const provider = providers.get(name);
     if (!provider.isAvailable()) providerMissing(name, (provider as { unavailableReason?: () => string | undefined }).unavailableReason?.(), script);
     handle = await provider.open(spec());
     handle.acquire();
+    ws = handle.sandbox.root;
   });
   afterAll(async () => {
     if (handle && !handle.closed) await handle.release();
@@ -76,11 +81,11 @@ describe.each(targets)("payloads on the $provider provider", ({ provider: name, 
   });
 
   it("command.run takes argv, env, cwd and stdin", async () => {
-    await handle.dispatch(filesWrite({ path: "/sub/dir/keep", data: "" }));
+    await handle.dispatch(filesWrite({ path: at("/sub/dir/keep"), data: "" }));
     const argv = await handle.dispatch(commandRun({ cmd: ["printf", "%s|", "a b", "it's", "$HOME", ""] }));
     expect(argv).toMatchObject({ stdout: "a b|it's|$HOME||", exitCode: 0 });
     const result = await handle.dispatch(
-      commandRun({ cmd: 'cat; echo "[$GREETING]"; pwd', env: { GREETING: "hi there" }, cwd: "/sub/dir", stdin: "from stdin\n" }),
+      commandRun({ cmd: 'cat; echo "[$GREETING]"; pwd', env: { GREETING: "hi there" }, cwd: at("/sub/dir"), stdin: "from stdin\n" }),
     );
     expect(result.type).toBe("command_result");
     if (result.type !== "command_result") return;
@@ -106,39 +111,46 @@ describe.each(targets)("payloads on the $provider provider", ({ provider: name, 
   });
 
   it("command.run with a missing cwd fails as file_not_found", async () => {
-    expect(await handle.dispatch(commandRun({ cmd: "pwd", cwd: "/no/such/dir" }))).toMatchObject({ error: { code: "file_not_found", path: "/no/such/dir" } });
+    expect(await handle.dispatch(commandRun({ cmd: "pwd", cwd: at("/no/such/dir") }))).toMatchObject({ error: { code: "file_not_found", path: at("/no/such/dir") } });
+    // A relative cwd starts in the workspace.
+    expect(await handle.dispatch(commandRun({ cmd: "pwd", cwd: "no/such/dir" }))).toMatchObject({ error: { code: "file_not_found", path: at("/no/such/dir") } });
   });
 
   it("files.write and files.read round-trip text and bytes", async () => {
-    const written = await handle.dispatch(filesWrite({ path: "/docs/notes.md", data: "héllo\nwörld\n" }));
-    expect(written).toEqual({ type: "file_write_result", path: "/docs/notes.md", bytesWritten: 14 });
-    expect(await handle.dispatch(filesRead({ path: "docs//notes.md" }))).toEqual({ type: "file_content", path: "/docs/notes.md", data: "héllo\nwörld\n", encoding: "utf-8" });
+    const written = await handle.dispatch(filesWrite({ path: at("/docs/notes.md"), data: "héllo\nwörld\n" }));
+    expect(written).toEqual({ type: "file_write_result", path: at("/docs/notes.md"), bytesWritten: 14 });
+    // A relative path starts in the workspace; the answer names the file as the sandbox does.
+    expect(await handle.dispatch(filesRead({ path: "docs//notes.md" }))).toEqual({ type: "file_content", path: at("/docs/notes.md"), data: "héllo\nwörld\n", encoding: "utf-8" });
+    expect(await handle.dispatch(commandRun({ cmd: "cat docs/notes.md" }))).toMatchObject({ stdout: "héllo\nwörld\n", exitCode: 0 });
     const binary = Uint8Array.from({ length: 256 }, (_, i) => i);
-    expect(await handle.dispatch(filesWrite({ path: "/bin.dat", data: binary }))).toMatchObject({ bytesWritten: 256 });
-    const raw = await handle.dispatch(filesRead({ path: "/bin.dat", encoding: null }));
+    expect(await handle.dispatch(filesWrite({ path: at("/bin.dat"), data: binary }))).toMatchObject({ bytesWritten: 256 });
+    const raw = await handle.dispatch(filesRead({ path: at("/bin.dat"), encoding: null }));
     expect(raw.type).toBe("file_content");
     if (raw.type === "file_content") expect(Array.from(raw.data as Uint8Array)).toEqual(Array.from(binary));
-    expect(await handle.dispatch(filesRead({ path: "/bin.dat" }))).toMatchObject({ error: { code: "binary_file", path: "/bin.dat" } });
+    expect(await handle.dispatch(filesRead({ path: at("/bin.dat") }))).toMatchObject({ error: { code: "binary_file", path: at("/bin.dat") } });
     // files.write replaces an existing file.
-    await handle.dispatch(filesWrite({ path: "/docs/notes.md", data: bytes("v2") }));
-    expect(await handle.dispatch(filesRead({ path: "/docs/notes.md" }))).toMatchObject({ data: "v2" });
+    await handle.dispatch(filesWrite({ path: at("/docs/notes.md"), data: bytes("v2") }));
+    expect(await handle.dispatch(filesRead({ path: at("/docs/notes.md") }))).toMatchObject({ data: "v2" });
   });
 
   it("files.write sets the mode when asked", async () => {
-    await handle.dispatch(filesWrite({ path: "/run.sh", data: "#!/bin/sh\necho ran\n", mode: 0o755 }));
+    await handle.dispatch(filesWrite({ path: at("/run.sh"), data: "#!/bin/sh\necho ran\n", mode: 0o755 }));
     expect(await handle.dispatch(commandRun({ cmd: "./run.sh" }))).toMatchObject({ stdout: "ran\n", exitCode: 0 });
-    await handle.dispatch(filesWrite({ path: "/run.sh", data: "#!/bin/sh\necho ran\n", mode: 0o600 }));
+    await handle.dispatch(filesWrite({ path: "run.sh", data: "#!/bin/sh\necho ran\n", mode: 0o600 }));
     expect(await handle.dispatch(commandRun({ cmd: "test -x run.sh && echo x || echo not-x" }))).toMatchObject({ stdout: "not-x\n" });
   });
 
   it("file payloads fail with typed failures, never throws", async () => {
-    expect(await handle.dispatch(filesRead({ path: "/missing.txt" }))).toEqual({
-      error: { code: "file_not_found", message: "File '/missing.txt' not found", path: "/missing.txt" },
+    expect(await handle.dispatch(filesRead({ path: at("/missing.txt") }))).toEqual({
+      error: { code: "file_not_found", message: `File '${at("/missing.txt")}' not found`, path: at("/missing.txt") },
     });
-    expect(await handle.dispatch(filesRead({ path: "/docs" }))).toMatchObject({ error: { code: "is_directory", path: "/docs" } });
+    expect(await handle.dispatch(filesRead({ path: at("/docs") }))).toMatchObject({ error: { code: "is_directory", path: at("/docs") } });
     expect(await handle.dispatch(filesRead({ path: "/../etc/passwd" }))).toMatchObject({ error: { code: "invalid_path", path: "/../etc/passwd" } });
     expect(await handle.dispatch(filesWrite({ path: "/", data: "x" }))).toMatchObject({ error: { code: "is_directory", path: "/" } });
-    expect(await handle.dispatch(filesWrite({ path: "/docs", data: "x" }))).toMatchObject({ error: { code: "is_directory", path: "/docs" } });
+    // The workspace itself, by its path and as ".".
+    expect(await handle.dispatch(filesWrite({ path: ws, data: "x" }))).toMatchObject({ error: { code: "is_directory", path: ws } });
+    expect(await handle.dispatch(filesWrite({ path: ".", data: "x" }))).toMatchObject({ error: { code: "is_directory", path: ws } });
+    expect(await handle.dispatch(filesWrite({ path: at("/docs"), data: "x" }))).toMatchObject({ error: { code: "is_directory", path: at("/docs") } });
     expect(await handle.dispatch(filesList({ path: "~/x" }))).toMatchObject({ error: { code: "invalid_path", path: "~/x" } });
     expect(await handle.dispatch({ type: "files.write", path: "/x" } as never)).toMatchObject({ error: { code: "invalid_argument" } });
     expect(await handle.dispatch({ type: "command.run", cmd: "true", extra: 1 } as never)).toMatchObject({ error: { code: "invalid_argument" } });
@@ -149,28 +161,30 @@ describe.each(targets)("payloads on the $provider provider", ({ provider: name, 
   });
 
   it("files.list lists one level, sorted, directories ending in /", async () => {
-    await handle.dispatch(filesWrite({ path: "/tree/b.txt", data: "b" }));
-    await handle.dispatch(filesWrite({ path: "/tree/a/deep.txt", data: "deep" }));
-    const listed = await handle.dispatch(filesList({ path: "/tree" }));
+    await handle.dispatch(filesWrite({ path: at("/tree/b.txt"), data: "b" }));
+    await handle.dispatch(filesWrite({ path: at("/tree/a/deep.txt"), data: "deep" }));
+    const listed = await handle.dispatch(filesList({ path: at("/tree") }));
     expect(listed.type).toBe("file_entries");
     if (listed.type !== "file_entries") return;
     expect(listed.entries.map((entry) => [entry.path, entry.is_dir])).toEqual([
-      ["/tree/a/", true],
-      ["/tree/b.txt", false],
+      [at("/tree/a/"), true],
+      [at("/tree/b.txt"), false],
     ]);
     expect(listed.entries[1]!.size).toBe(1);
-    expect(await handle.dispatch(filesList({ path: "/no/such" }))).toEqual({ type: "file_entries", path: "/no/such", entries: [] });
+    expect(await handle.dispatch(filesList({ path: at("/no/such") }))).toEqual({ type: "file_entries", path: at("/no/such"), entries: [] });
   });
 
   it("files.exists answers for files, directories and missing paths", async () => {
-    await handle.dispatch(filesWrite({ path: "/exists/file.txt", data: "x" }));
+    await handle.dispatch(filesWrite({ path: at("/exists/file.txt"), data: "x" }));
     await handle.dispatch(commandRun({ cmd: "mkdir -p exists/empty-dir" }));
-    expect(await handle.dispatch(filesExists({ path: "/exists/file.txt" }))).toBe(true);
-    expect(await handle.dispatch(filesExists({ path: "/exists/empty-dir" }))).toBe(true);
-    expect(await handle.dispatch(filesExists({ path: "/exists" }))).toBe(true);
+    expect(await handle.dispatch(filesExists({ path: at("/exists/file.txt") }))).toBe(true);
+    expect(await handle.dispatch(filesExists({ path: "exists/file.txt" }))).toBe(true);
+    expect(await handle.dispatch(filesExists({ path: at("/exists/empty-dir") }))).toBe(true);
+    expect(await handle.dispatch(filesExists({ path: at("/exists") }))).toBe(true);
+    expect(await handle.dispatch(filesExists({ path: ws }))).toBe(true);
     expect(await handle.dispatch(filesExists({ path: "/" }))).toBe(true);
-    expect(await handle.dispatch(filesExists({ path: "/exists/nope" }))).toBe(false);
-    expect(await handle.dispatch(filesExists({ path: "/exists/file.txt/under-a-file" }))).toBe(false);
+    expect(await handle.dispatch(filesExists({ path: at("/exists/nope") }))).toBe(false);
+    expect(await handle.dispatch(filesExists({ path: at("/exists/file.txt/under-a-file") }))).toBe(false);
   });
 
   it.each(["python", "node", "javascript", "bash", "sh"] as const)("code.run %s: runs it, or says the interpreter is missing", async (language) => {

@@ -366,7 +366,7 @@ describe("persistent sandbox registry: reattach from another process", () => {
     try {
       expect(handle.remoteId).toBe(recorded.remoteId);
       expect(handle.spec.env).toEqual({ RECORDED: "yes" });
-      expect(await handle.dispatch(filesRead({ path: "/from-first-process.txt" }))).toMatchObject({ data: `written by pid ${recorded.pid}\n` });
+      expect(await handle.dispatch(filesRead({ path: "from-first-process.txt" }))).toMatchObject({ data: `written by pid ${recorded.pid}\n` });
       expect(await handle.dispatch(commandRun({ cmd: 'echo "$RECORDED"; cat from-first-process.txt' }))).toMatchObject({
         stdout: `yes\nwritten by pid ${recorded.pid}\n`,
         exitCode: 0,
@@ -392,7 +392,9 @@ describe("persistent sandbox registry: reattach from another process", () => {
     expect(handle.created).toBe(true);
     let workspace = "";
     try {
-      expect(await handle.dispatch(filesRead({ path: "/from-first-process.txt" }))).toMatchObject({ data: `written by pid ${recorded.pid}\n` });
+      expect(await handle.dispatch(filesRead({ path: `${new URL(recorded.remoteId).pathname}/from-first-process.txt` }))).toMatchObject({
+        data: `written by pid ${recorded.pid}\n`,
+      });
       const pwd = await handle.dispatch(commandRun({ cmd: "pwd; stat -c %a ." }));
       expect(pwd).toMatchObject({ exitCode: 0 });
       if (pwd.type === "command_result") {
@@ -441,7 +443,7 @@ describe("persistent sandbox registry: only what the provider created is destroy
         const record = await registry.recordRemote("ssh", url, spec);
         const handle = await registry.reattach(record.id);
         expect(handle.created).toBe(false);
-        expect(await handle.dispatch(filesRead({ path: "/keep.txt" }))).toMatchObject({ data: "precious\n" });
+        expect(await handle.dispatch(filesRead({ path: `${dir}/keep.txt` }))).toMatchObject({ data: "precious\n" });
         await ssh.close(handle);
         expect(await probe.dispatch(commandRun({ cmd: `cat ${dir}/keep.txt` }))).toMatchObject({ stdout: "precious\n", exitCode: 0 });
       }

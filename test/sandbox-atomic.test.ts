@@ -20,6 +20,7 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { StateBackend } from "../backends/state.js";
 import { MAX_TIMEOUT_SECONDS } from "../core/limits.js";
 import { toSeedProtocol } from "../core/seed.js";
+import { rooted } from "../conformance/rooted.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import type { Quota } from "../core/limits.js";
 import type { BaseSandbox } from "../sandboxes/base.js";
@@ -65,6 +66,12 @@ const targets: Target[] = [
 ];
 
 const bytes = (text: string) => new TextEncoder().encode(text);
+/**
+ * The seeds' protocol over a sandbox's workspace, seen from its root (`/x` is
+ * `${root}/x`, where its commands see it): these cases are about atomicity,
+ * locks and quotas, not paths.
+ */
+const inWorkspace = (sandbox: BaseSandbox) => toSeedProtocol(rooted(sandbox, sandbox.root));
 const decode = (data: Uint8Array | null) => new TextDecoder().decode(data ?? new Uint8Array());
 const lockName = (path: string) => `.strata-lock-${createHash("sha256").update(path).digest("hex").slice(0, 32)}`;
 
@@ -85,7 +92,7 @@ for (const target of targets) {
 
     it("10 concurrent create-only writes: exactly one wins, the others answer already_exists", async () => {
       const native = await create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       for (let round = 0; round < 3; round++) {
         const path = `/new/dir${round}/once.txt`;
         const results = await Promise.all(Array.from({ length: 10 }, (_, i) => sandbox.write(path, `writer ${i}\n`)));
@@ -99,7 +106,7 @@ for (const target of targets) {
 
     it("10 concurrent edits of different lines all land", async () => {
       const native = await create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       const lines = Array.from({ length: 10 }, (_, i) => `line ${i} old`);
       expect((await sandbox.write("/race.txt", `${lines.join("\n")}\n`)).error).toBeUndefined();
       const results = await Promise.all(lines.map((_, i) => sandbox.edit("/race.txt", `line ${i} old`, `line ${i} new`)));
@@ -111,7 +118,7 @@ for (const target of targets) {
 
     it("a file write losing to a directory at its path answers is_directory and leaves nothing inside it", async () => {
       const native = await create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       for (let round = 0; round < 10; round++) {
         const [file, nested] = await Promise.all([sandbox.write(`/fd${round}`, "file"), sandbox.write(`/fd${round}/child`, "nested")]);
         expect([file.error, nested.error].filter((error) => error === undefined)).toHaveLength(1);
@@ -131,7 +138,7 @@ for (const target of targets) {
 
     it("concurrent deletes of one directory: exactly one answers ok, the others file_not_found", async () => {
       const native = await create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       for (let round = 0; round < 8; round++) {
         expect((await sandbox.write(`/gone${round}/a/b.txt`, "x")).error).toBeUndefined();
         expect((await sandbox.write(`/gone${round}/c.txt`, "y")).error).toBeUndefined();
@@ -145,7 +152,7 @@ for (const target of targets) {
     });
 
     it("an edit racing an overwrite never brings the old content back", async () => {
-      const sandbox = toSeedProtocol(await create());
+      const sandbox = inWorkspace(await create());
       for (let round = 0; round < 8; round++) {
         const path = `/overwrite-${round}.txt`;
         expect((await sandbox.write(path, "old text\n")).error).toBeUndefined();
@@ -161,7 +168,7 @@ for (const target of targets) {
 
     it("never shows lock directories or temporary files in ls, glob or grep, even mid-flight", async () => {
       const native = await create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       await sandbox.write("/seen.txt", "needle\n");
       const writes = Promise.all(
         Array.from({ length: 12 }, (_, i) => sandbox.write("/seen.txt", `needle ${i}\n`.repeat(20_000), { overwrite: true })),
@@ -177,7 +184,7 @@ for (const target of targets) {
 
     it("breaks a lock left by a killed writer once it is stale, and waits for a live one", async () => {
       const native = await create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       await sandbox.write("/locked.txt", "before\n");
       // A lock as a writer killed mid-swap leaves it: 10 minutes old.
       await sandbox.execute(`mkdir ${lockName("/locked.txt")} && touch -t 200001010000 ${lockName("/locked.txt")}`);
@@ -195,7 +202,7 @@ for (const target of targets) {
     });
 
     it("greps files over 1 MiB exactly as core does, a lone trailing CR included", async () => {
-      const sandbox = toSeedProtocol(await create());
+      const sandbox = inWorkspace(await create());
       const reference = toSeedProtocol(new StateBackend());
       const body = Array.from({ length: 120_000 }, (_, i) => (i % 5000 === 0 ? `needle ${i}\r` : `hay ${i}`)).join("\n");
       for (const [path, text] of [
@@ -212,7 +219,7 @@ for (const target of targets) {
     });
 
     it("reads a huge window of a big file: every number reaches the shell as an integer", async () => {
-      const sandbox = toSeedProtocol(await create());
+      const sandbox = inWorkspace(await create());
       const big = Array.from({ length: 150_000 }, (_, i) => `row ${i}`).join("\n");
       await sandbox.uploadFiles([["/big.txt", bytes(big)]]);
       expect(await sandbox.read("/big.txt", 149_998, 1e21)).toBe("149999\trow 149998\n150000\trow 149999");
@@ -221,7 +228,7 @@ for (const target of targets) {
 
     it("refuses bad execute arguments with invalid_argument before anything runs", async () => {
       const native = await create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       const run = sandbox.execute.bind(sandbox) as (...args: unknown[]) => Promise<unknown>;
       const invalid = { name: "StrataError", code: "invalid_argument" };
       await expect(run("echo ran > ran.txt", { timeout: 30 * 24 * 3600 })).rejects.toMatchObject(invalid);
@@ -238,7 +245,7 @@ for (const target of targets) {
     });
 
     it("runs 15 commands sharing one caller signal without a listener leak warning", async () => {
-      const sandbox = toSeedProtocol(await create());
+      const sandbox = inWorkspace(await create());
       const warnings: string[] = [];
       const onWarning = (warning: Error) => warnings.push(warning.name);
       process.on("warning", onWarning);
@@ -255,7 +262,7 @@ for (const target of targets) {
 
     it("keeps the workspace quota on write, edit and upload, measured again after a command", async () => {
       const native = await create({ quota: { maxFiles: 3, maxBytes: 512 * 1024 } });
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       for (const name of ["a", "b", "c"]) expect((await sandbox.write(`/${name}.txt`, "x")).error).toBeUndefined();
       expect(await sandbox.write("/d.txt", "x")).toMatchObject({ code: "quota_exceeded" });
       expect(await sandbox.uploadFiles([["/d.txt", bytes("x")]])).toEqual([{ path: "/d.txt", error: "permission_denied" }]);
@@ -275,7 +282,7 @@ for (const target of targets) {
       it("a failed write removes the directories it created, and only those", async () => {
         const native = target.hostile!();
         open.push(native);
-        const sandbox = toSeedProtocol(native);
+        const sandbox = inWorkspace(native);
         await sandbox.write("/kept/old.txt", "x");
         native.noFileSpace = true;
         expect((await sandbox.write("/fresh/deeper/f.txt", "content")).code).toBe("io_error");
@@ -289,7 +296,7 @@ for (const target of targets) {
       it("stays one round trip per write after a command, measuring usage in the same script", async () => {
         const native = target.hostile!();
         open.push(native);
-        const sandbox = toSeedProtocol(native);
+        const sandbox = inWorkspace(native);
         await sandbox.execute("true");
         const before = native.trips;
         expect((await sandbox.write("/one.txt", "x")).error).toBeUndefined();
@@ -366,7 +373,7 @@ for (const target of sharedTargets) {
 
     it("close() in the middle of a big overwrite leaves the old file or the whole new one, never a prefix", async () => {
       shared = await target.open();
-      const observer = toSeedProtocol(shared.observer);
+      const observer = inWorkspace(shared.observer);
       const old = "GOOD CONTENT\n";
       const big = `${"N".repeat(32 * 1024 * 1024 - 4)}END\n`;
       let cut = 0;
@@ -374,7 +381,7 @@ for (const target of sharedTargets) {
         const path = `/torn-${delay}.txt`;
         expect((await observer.write(path, old)).error).toBeUndefined();
         const writer = await shared.second();
-        const pending = toSeedProtocol(writer).write(path, big, { overwrite: true });
+        const pending = inWorkspace(writer).write(path, big, { overwrite: true });
         await new Promise((resolve) => setTimeout(resolve, delay));
         await writer.close();
         const result = await pending;
@@ -398,7 +405,7 @@ for (const target of sharedTargets) {
 
     it("an acknowledged upload stays until the next acknowledged change while edits race it", async () => {
       shared = await target.open();
-      const sandbox = toSeedProtocol(shared.observer);
+      const sandbox = inWorkspace(shared.observer);
       const base = "A0\nA1\nA2\n";
       expect((await sandbox.write("/raced.txt", `${base}U-start\n`)).error).toBeUndefined();
       let done = false;

@@ -12,6 +12,7 @@ import { StateBackend } from "../backends/state.js";
 import { formatRead } from "../core/format.js";
 import { toSeedProtocol } from "../core/seed.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
+import { rooted } from "../conformance/rooted.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { LocalSandbox } from "../sandboxes/local.js";
 
@@ -74,10 +75,15 @@ for (const target of targets) {
     afterEach(async () => {
       await Promise.all(open.splice(0).map((sandbox) => sandbox.close()));
     });
+    /**
+     * The seeds' protocol over the sandbox's workspace, seen from its root (`/x` is `${root}/x`: bubblewrap's
+     * file paths are its own, under /workspace; LocalSandbox's "/" is its workspace): for the cases about something other than paths.
+     */
+    const inWorkspace = (native: Counted) => toSeedProtocol(rooted(native, native.root));
 
     derivedIt("makes one round trip per operation, two for edit", async () => {
       const native = create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       const trips = async (op: () => Promise<unknown>) => {
         const before = native.trips;
         await op();
@@ -98,7 +104,7 @@ for (const target of targets) {
 
     derivedIt("reads a window of a file over 1 MiB exactly as formatRead would, CRLF and long lines included", async () => {
       const native = create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       const lines = Array.from({ length: 60_000 }, (_, i) => (i % 1000 === 7 ? "é".repeat(2500) : `line ${i} ünï`));
       const text = `${lines.join("\r\n")}\r\nlast line without newline`;
       writeFileSync(nodePath.join(target.hostDir(native), "big.txt"), text);
@@ -115,7 +121,7 @@ for (const target of targets) {
 
     derivedIt("treats a big file as binary for NUL anywhere and for invalid UTF-8 in the window", async () => {
       const native = create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       const body = "text line\n".repeat(200_000);
       writeFileSync(nodePath.join(target.hostDir(native), "nul-at-end.log"), `${body}\0`);
       expect(await sandbox.read("/nul-at-end.log", 0, 10)).toMatch(/^Error: '\/nul-at-end.log' is a binary file \(2000001 bytes\)/);
@@ -127,14 +133,14 @@ for (const target of targets) {
 
     derivedIt("refuses a read window over 16 MiB with too_large instead of loading it", async () => {
       const native = create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       writeFileSync(nodePath.join(target.hostDir(native), "one-line.min.js"), "a".repeat(17 * 1024 * 1024));
       expect(await sandbox.read("/one-line.min.js")).toMatch(/^Error: '\/one-line.min.js' is \d+ bytes, over the 16777216-byte limit/);
     });
 
     derivedIt("greps big files through grep -n, with the same results as StateBackend", async () => {
       const native = create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       const reference = toSeedProtocol(new StateBackend());
       const big = Array.from({ length: 100_000 }, (_, i) => (i % 9973 === 0 ? `needle at ${i}\r` : `hay ${i}`)).join("\n");
       const small = "first needle\nsecond\nneedle: again\n";
@@ -147,7 +153,7 @@ for (const target of targets) {
     });
 
     derivedIt("finds and lists names with newlines, colons and leading dashes", async () => {
-      const sandbox = toSeedProtocol(create());
+      const sandbox = inWorkspace(create());
       for (const path of ["/odd/new\nline.txt", "/odd/a:1:b.txt", "/odd/-n", "/odd/dir\nname/inner.txt"]) {
         expect((await sandbox.write(path, `needle in ${path}\n`)).error).toBeUndefined();
       }
@@ -158,7 +164,7 @@ for (const target of targets) {
     });
 
     derivedIt("leaves out names no virtual path can address (a command made `a\\b`) instead of failing", async () => {
-      const sandbox = toSeedProtocol(create());
+      const sandbox = inWorkspace(create());
       await sandbox.execute("mkdir odd && printf 'needle\\n' > 'odd/back\\slash' && printf 'needle\\n' > odd/plain");
       expect((await sandbox.lsInfo("/odd")).map((f) => f.path)).toEqual(["/odd/plain"]);
       expect((await sandbox.globInfo("**")).map((f) => f.path)).toEqual(["/odd/plain"]);
@@ -167,7 +173,7 @@ for (const target of targets) {
 
     derivedIt("re-applies an edit whose compare-and-swap lost to another writer, keeping that writer's content", async () => {
       const native = create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       await sandbox.write("/race.txt", "alpha beta\n");
       const start = native.trips;
       native.beforeTrip = (trip) => {
@@ -182,7 +188,7 @@ for (const target of targets) {
 
     derivedIt("answers no_match when the other writer removed what the edit replaces", async () => {
       const native = create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       await sandbox.write("/race.txt", "alpha beta\n");
       const start = native.trips;
       native.beforeTrip = (trip) => {
@@ -195,7 +201,7 @@ for (const target of targets) {
     });
 
     derivedIt("keeps a file's mode across edit and overwrite", async () => {
-      const sandbox = toSeedProtocol(create());
+      const sandbox = inWorkspace(create());
       await sandbox.write("/run.sh", "#!/bin/sh\necho one\n");
       await sandbox.execute("chmod 755 run.sh");
       await sandbox.edit("/run.sh", "one", "two");
@@ -205,7 +211,7 @@ for (const target of targets) {
 
     it("after close, answers every operation in its contract's failure shape; close is idempotent", async () => {
       const native = create();
-      const sandbox = toSeedProtocol(native);
+      const sandbox = inWorkspace(native);
       await native.close();
       await native.close();
       const closed = { name: "StrataError", code: "sandbox_closed" };
@@ -224,11 +230,17 @@ for (const target of targets) {
     });
 
     it("runs in the workspace or a virtual cwd, and refuses a missing cwd with file_not_found", async () => {
-      const sandbox = toSeedProtocol(create());
-      await sandbox.write("/sub/dir/f.txt", "x");
+      const native = create();
+      const sandbox = toSeedProtocol(native);
+      // Files and commands share one path space: the workspace's paths (LocalSandbox's root, "/", is its workspace).
+      const root = native.root;
+      const at = (path: string) => (root === "/" ? path : `${root}${path}`);
+      await sandbox.write(at("/sub/dir/f.txt"), "x");
       expect((await sandbox.execute("ls")).output).toBe("sub\n");
-      expect((await sandbox.execute("ls", { cwd: "/sub/dir" })).output).toBe("f.txt\n");
-      await expect(sandbox.execute("ls", { cwd: "/nope" })).rejects.toMatchObject({ code: "file_not_found", message: expect.not.stringContaining("/tmp") });
+      expect((await sandbox.execute("ls", { cwd: at("/sub/dir") })).output).toBe("f.txt\n");
+      expect((await sandbox.execute("ls", { cwd: "sub/dir" })).output).toBe("f.txt\n");
+      // The message names the path as the caller does, never the host directory behind it.
+      await expect(sandbox.execute("ls", { cwd: at("/nope") })).rejects.toMatchObject({ code: "file_not_found", message: `File '${at("/nope")}' not found` });
       await expect(sandbox.execute("ls", { cwd: "/../etc" })).rejects.toMatchObject({ code: "invalid_path" });
       await expect(sandbox.execute("true", { timeout: -1 })).rejects.toMatchObject({ code: "invalid_argument" });
     });

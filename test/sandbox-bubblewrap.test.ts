@@ -118,17 +118,20 @@ describe("BubblewrapSandbox", () => {
     const secretFile = `${homedir()}/.strata-bwrap-${randomUUID()}`;
     writeFileSync(secretFile, "host secret", { mode: 0o600 });
     try {
-      const s = seed(sandbox());
+      const native = sandbox();
+      const s = seed(native);
+      // The links as the command made them, named by the paths it sees (the workspace's own).
+      const ws = native.workspace;
       await s.execute(`ln -s '${secretFile}' leak && ln -s / root-door`);
       // Transfers go through the host directory and never follow a link at all.
-      expect((await s.downloadFiles(["/leak"]))[0]).toMatchObject({ content: null, error: "permission_denied" });
-      expect(await s.read("/leak")).toMatch(/^Error: File '\/leak' not found/);
-      expect((await s.grep("host secret", "/")).matches).toEqual([]);
-      expect(await s.read("/root-door/etc/passwd")).not.toContain("host secret");
+      expect((await s.downloadFiles([`${ws}/leak`]))[0]).toMatchObject({ content: null, error: "permission_denied" });
+      expect(await s.read(`${ws}/leak`)).toMatch(/^Error: File '\/workspace\/leak' not found/);
+      expect((await s.grep("host secret", ws)).matches).toEqual([]);
+      expect(await s.read(`${ws}/root-door/etc/passwd`)).not.toContain("host secret");
       // Uploading onto the link is refused; the host file is untouched.
-      expect((await s.uploadFiles([["/leak", new TextEncoder().encode("overwritten")]]))[0]!.error).toBe("permission_denied");
+      expect((await s.uploadFiles([[`${ws}/leak`, new TextEncoder().encode("overwritten")]]))[0]!.error).toBe("permission_denied");
       expect(readFileSync(secretFile, "utf8")).toBe("host secret");
-      expect((await s.write("/root-door/usr/planted", "x")).code).toBe("permission_denied");
+      expect((await s.write(`${ws}/root-door/usr/planted`, "x")).code).toBe("permission_denied");
     } finally {
       rmSync(secretFile, { force: true });
     }
@@ -154,6 +157,37 @@ describe("BubblewrapSandbox", () => {
     expect(result.output).toContain("no-perl");
   });
 
+  it("shares one path space between files and commands: the seeds' example, and invalid_path outside /workspace", async () => {
+    const native = sandbox();
+    const s = seed(native);
+    expect([native.workspace, native.root]).toEqual(["/workspace", "/workspace"]);
+    // The file a write makes is the file the command runs, by the same absolute path.
+    expect(await s.write("/workspace/script.sh", 'echo "hello from $(pwd)"\n')).toMatchObject({ path: "/workspace/script.sh" });
+    expect(await s.execute("sh /workspace/script.sh")).toMatchObject({ output: "hello from /workspace\n", exitCode: 0 });
+    // A relative path starts in the workspace, for files and for a command's cwd.
+    expect(await s.read("script.sh")).toBe('     1\techo "hello from $(pwd)"');
+    await s.execute("mkdir -p sub && echo made > /workspace/sub/made.txt");
+    expect(await s.read("/workspace/sub/made.txt")).toBe("     1\tmade");
+    expect(await s.execute("sh ../script.sh", { cwd: "sub" })).toMatchObject({ output: "hello from /workspace/sub\n", exitCode: 0 });
+    // Outside the workspace, every file operation answers invalid_path and touches nothing.
+    const invalid = { error: expect.objectContaining({ code: "invalid_path" }) };
+    for (const path of ["/etc/passwd", "/a.txt"]) {
+      expect(await native.read(path)).toMatchObject(invalid);
+      expect(await native.write(path, "x")).toMatchObject(invalid);
+      expect(await native.write(path, "x", { overwrite: true })).toMatchObject(invalid);
+      expect(await native.edit(path, "root", "toor")).toMatchObject(invalid);
+      expect(await native.delete(path)).toMatchObject(invalid);
+      expect(await native.stat(path)).toMatchObject(invalid);
+      expect(await native.ls(path)).toMatchObject(invalid);
+      expect(await native.grep("root", { path })).toMatchObject(invalid);
+      expect(await native.uploadFiles([[path, new TextEncoder().encode("x")]])).toMatchObject({ files: [{ path, error: { code: "invalid_path" } }] });
+      expect(await native.downloadFiles([path])).toMatchObject({ files: [{ path, content: null, error: { code: "invalid_path" } }] });
+      expect(await s.uploadFiles([[path, new TextEncoder().encode("x")]])).toEqual([{ path, error: "invalid_path" }]);
+    }
+    expect(await native.execute("true", { cwd: "/etc" })).toMatchObject(invalid);
+    expect((await s.execute("head -c 5 /etc/passwd; [ -e /a.txt ] && echo a-exists || echo no-a")).output).toBe("root:no-a\n");
+  });
+
   it("rejects bad limits with invalid_argument", () => {
     expect(() => new BubblewrapSandbox({ memoryMb: 0 })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
     expect(() => new BubblewrapSandbox({ maxProcesses: 1.5 })).toThrow(expect.objectContaining({ code: "invalid_argument" }));
@@ -172,9 +206,9 @@ describe("BubblewrapSandbox", () => {
     const tmp = await s.execute(`for i in 1 2 3; do head -c ${quota / 2} /dev/zero > /tmp/f$i || echo failed-$i; done; du -sk /tmp`);
     expect(tmp.output).toContain("failed-");
     expect((await s.execute("echo small > small && cat small")).output).toBe("small\n");
-    // Uploads are held to the whole quota.
-    const upload = await s.uploadFiles([["/up.bin", new Uint8Array(quota)]]);
-    expect(upload[0]!.error).not.toBeNull();
+    // Uploads are held to the whole quota (the seeds' four codes narrow quota_exceeded to permission_denied).
+    const upload = await s.uploadFiles([[`${native.workspace}/up.bin`, new Uint8Array(quota)]]);
+    expect(upload[0]!.error).toBe("permission_denied");
   });
 
   it("as root, runs commands as the sandbox user and hands a given workspace to it, never a hard-linked host file", async () => {

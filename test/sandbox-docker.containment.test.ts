@@ -117,8 +117,9 @@ describe("docker containment: host environment, setuid files, host paths", () =>
       // The volume's host path is the mount's root in mountinfo, and the image's layers name the data root too.
       // What keeps that harmless: no host process takes a path or environment from the caller (the case above).
       expect(mountinfo).toContain(hostWorkspace);
-      // Our own answers never name it.
-      const missing = await toSeedProtocol(sandbox).read("/nope");
+      // Our own answers never name it: they name the path the caller gave, in the container.
+      const missing = await toSeedProtocol(sandbox).read(`${sandbox.workspace}/nope`);
+      expect(missing).toMatch(/^Error: File '\/workspace\/nope' not found/);
       expect(missing).not.toContain(hostWorkspace);
     } finally {
       await sandbox.close();

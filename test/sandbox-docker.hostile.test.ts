@@ -49,28 +49,30 @@ for (const [flavour, image] of Object.entries(images)) {
       const native = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS, readOnlyRoot: false });
       const sandbox = toSeedProtocol(native);
       try {
+        // The links as the command made them, named by the paths it sees (the workspace's own).
+        const ws = native.workspace;
         const before = (await sandbox.execute("cksum < /usr/bin/ls || cksum < /bin/ls")).output;
         await sandbox.execute("ln -s /usr/bin b && ln -s /tmp t && echo kept > target && ln -s target final && mkdir d && ln -s ../target d/rel");
         const responses = await sandbox.uploadFiles([
-          ["/b/ls", bytes("replaced")],
-          ["/t/planted", bytes("hidden")],
-          ["/final", bytes("new content")],
-          ["/d/rel", bytes("relative")],
-          ["/fine/new.txt", bytes("ok")],
+          [`${ws}/b/ls`, bytes("replaced")],
+          [`${ws}/t/planted`, bytes("hidden")],
+          [`${ws}/final`, bytes("new content")],
+          [`${ws}/d/rel`, bytes("relative")],
+          [`${ws}/fine/new.txt`, bytes("ok")],
         ]);
         expect(responses).toEqual([
-          { path: "/b/ls", error: "permission_denied" },
-          { path: "/t/planted", error: "permission_denied" },
-          { path: "/final", error: null },
-          { path: "/d/rel", error: null },
-          { path: "/fine/new.txt", error: null },
+          { path: `${ws}/b/ls`, error: "permission_denied" },
+          { path: `${ws}/t/planted`, error: "permission_denied" },
+          { path: `${ws}/final`, error: null },
+          { path: `${ws}/d/rel`, error: null },
+          { path: `${ws}/fine/new.txt`, error: null },
         ]);
         expect((await sandbox.execute("cksum < /usr/bin/ls || cksum < /bin/ls")).output).toBe(before);
         const look = await sandbox.execute("ls /tmp; cat target; echo; [ -L final ] || cat final; echo; [ -L d/rel ] || cat d/rel");
         expect(look.output).toBe("kept\n\nnew content\nrelative");
         // The derived write takes the same stand as the upload.
-        const write = await sandbox.write("/b/sneaky", "x");
-        expect(write.error).toBeDefined();
+        const write = await sandbox.write(`${ws}/b/sneaky`, "x");
+        expect(write.code).toBe("permission_denied");
         expect((await sandbox.execute("ls /usr/bin/sneaky 2>/dev/null || echo absent")).output).toBe("absent\n");
       } finally {
         await native.close();
@@ -78,16 +80,19 @@ for (const [flavour, image] of Object.entries(images)) {
     });
 
     it("reads through links as the shell does: read, single download, batch download and cat agree", async () => {
-      const sandbox = toSeedProtocol(await shared.fresh());
+      const native = await shared.fresh();
+      const sandbox = toSeedProtocol(native);
+      const ws = native.workspace;
       // A link out to /tmp (a tmpfs the daemon's archive API did not see), and a relative link inside a linked directory.
       const tmp = `/tmp/${unique(11)}`;
       await sandbox.execute(`mkdir ${tmp} && echo outside > ${tmp}/f && ln -s ${tmp} out`);
       await sandbox.execute("mkdir real && echo inner > real/x && echo top > x && ln -s x real/l && ln -s real d");
-      for (const path of ["/out/f", "/d/l"]) {
-        const cat = (await sandbox.execute(`cat .${path}`)).output;
+      // The file operations and `cat` take the same path.
+      for (const path of [`${ws}/out/f`, `${ws}/d/l`]) {
+        const cat = (await sandbox.execute(`cat ${path}`)).output;
         const read = await sandbox.read(path);
         const [single] = await sandbox.downloadFiles([path]);
-        const batch = await sandbox.downloadFiles([path, "/x"]);
+        const batch = await sandbox.downloadFiles([path, `${ws}/x`]);
         expect(read).toBe(`     1\t${cat.trimEnd()}`);
         expect(text(single!.content)).toBe(cat);
         expect(text(batch[0]!.content)).toBe(cat);
@@ -204,7 +209,7 @@ describe("DockerSandbox big batch download", () => {
       expect(made.exitCode).toBe(0);
       const expected = made.output.trim().split("\n").map((line) => line.split(/\s+/)[0]);
       const rssBefore = process.memoryUsage().rss;
-      const [a, b] = await sandbox.downloadFiles(["/a.bin", "/b.bin"]);
+      const [a, b] = await sandbox.downloadFiles([`${native.workspace}/a.bin`, `${native.workspace}/b.bin`]);
       const grown = process.memoryUsage().rss - rssBefore;
       expect([a!.error, b!.error]).toEqual([null, null]);
       expect(a!.content!.length).toBe(200 * 1024 * 1024);

@@ -77,11 +77,15 @@ for (const [flavour, image] of Object.entries(images)) {
         const native = await shared.fresh();
         const sandbox = toSeedProtocol(native);
         await sandbox.execute("mkdir -p sub/deeper");
-        expect((await sandbox.execute("pwd", { cwd: "/sub/deeper" })).output).toBe(`${native.workspace}/sub/deeper\n`);
-        const missing = await rejection(sandbox.execute("pwd", { cwd: "/nope" }));
+        // A cwd is a path in the sandbox's one path space: the workspace's absolute paths, or relative to it.
+        expect((await sandbox.execute("pwd", { cwd: `${native.workspace}/sub/deeper` })).output).toBe(`${native.workspace}/sub/deeper\n`);
+        expect((await sandbox.execute("pwd", { cwd: "sub/deeper" })).output).toBe(`${native.workspace}/sub/deeper\n`);
+        const missing = await rejection(sandbox.execute("pwd", { cwd: `${native.workspace}/nope` }));
         expect(isStrataError(missing, "file_not_found")).toBe(true);
-        expect((missing as Error).message).not.toContain(native.workspace);
+        // The message names the path as the caller gave it, the one the command would have seen.
+        expect((missing as Error).message).toBe(`File '${native.workspace}/nope' not found`);
         await expect(sandbox.execute("pwd", { cwd: "/../etc" })).rejects.toMatchObject({ code: "invalid_path" });
+        await expect(sandbox.execute("pwd", { cwd: "/etc" })).rejects.toMatchObject({ code: "invalid_path" });
       });
 
       it("kills the whole process tree at the timeout (exit 124), even a child that left the group", async () => {
@@ -161,7 +165,7 @@ for (const [flavour, image] of Object.entries(images)) {
       it("uploads 1000 files in one exec and downloads them in one more, never through the archive API", async () => {
         const native = await shared.fresh({ quota: false });
         const sandbox = toSeedProtocol(native);
-        const files = Array.from({ length: 1000 }, (_, i) => [`/batch/d${i % 10}/file-${i}.txt`, bytes(`content ${i}\n`)] as const);
+        const files = Array.from({ length: 1000 }, (_, i) => [`${native.workspace}/batch/d${i % 10}/file-${i}.txt`, bytes(`content ${i}\n`)] as const);
         const before = { ...native.stats };
         const responses = await sandbox.uploadFiles(files);
         expect(native.stats.execs - before.execs).toBe(1);
@@ -175,53 +179,68 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("answers a mixed batch per item, in order, and never replaces a directory", async () => {
-        const sandbox = toSeedProtocol(await shared.fresh());
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
+        const ws = native.workspace;
         await sandbox.uploadFiles([
-          ["/dir/inside.txt", bytes("keep me")],
-          ["/plain.txt", bytes("a file")],
+          [`${ws}/dir/inside.txt`, bytes("keep me")],
+          [`${ws}/plain.txt`, bytes("a file")],
         ]);
         const responses = await sandbox.uploadFiles([
-          ["/ok-1.txt", bytes("one")],
-          ["/dir", bytes("would clobber a directory")],
-          ["/../escape.txt", bytes("no")],
-          ["/plain.txt/child.txt", bytes("under a file")],
-          ["/", bytes("the root")],
-          ["/ok-2.txt", bytes("two")],
+          [`${ws}/ok-1.txt`, bytes("one")],
+          [`${ws}/dir`, bytes("would clobber a directory")],
+          [`${ws}/../escape.txt`, bytes("no")],
+          [`${ws}/plain.txt/child.txt`, bytes("under a file")],
+          [ws, bytes("the workspace itself")],
+          ["/outside.txt", bytes("outside the workspace")],
+          [`${ws}/ok-2.txt`, bytes("two")],
         ]);
         expect(responses).toEqual([
-          { path: "/ok-1.txt", error: null },
-          { path: "/dir", error: "is_directory" },
-          { path: "/../escape.txt", error: "invalid_path" },
-          { path: "/plain.txt/child.txt", error: "invalid_path" },
-          { path: "/", error: "is_directory" },
-          { path: "/ok-2.txt", error: null },
+          { path: `${ws}/ok-1.txt`, error: null },
+          { path: `${ws}/dir`, error: "is_directory" },
+          { path: `${ws}/../escape.txt`, error: "invalid_path" },
+          { path: `${ws}/plain.txt/child.txt`, error: "invalid_path" },
+          { path: ws, error: "is_directory" },
+          { path: "/outside.txt", error: "invalid_path" },
+          { path: `${ws}/ok-2.txt`, error: null },
         ]);
-        const back = await sandbox.downloadFiles(["/dir/inside.txt", "/plain.txt", "/ok-1.txt", "/ok-2.txt"]);
+        const back = await sandbox.downloadFiles([`${ws}/dir/inside.txt`, `${ws}/plain.txt`, `${ws}/ok-1.txt`, `${ws}/ok-2.txt`]);
         expect(back.map((r) => text(r.content))).toEqual(["keep me", "a file", "one", "two"]);
       });
 
       it("round-trips every byte value and overwrites on upload", async () => {
-        const sandbox = toSeedProtocol(await shared.fresh());
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
+        const path = `${native.workspace}/bin.dat`;
         const all = Uint8Array.from({ length: 256 * 4 }, (_, i) => i % 256);
-        await sandbox.uploadFiles([["/bin.dat", bytes("old")]]);
-        expect(await sandbox.uploadFiles([["/bin.dat", all]])).toEqual([{ path: "/bin.dat", error: null }]);
-        const [back] = await sandbox.downloadFiles(["/bin.dat"]);
+        await sandbox.uploadFiles([[path, bytes("old")]]);
+        expect(await sandbox.uploadFiles([[path, all]])).toEqual([{ path, error: null }]);
+        const [back] = await sandbox.downloadFiles([path]);
         expect(back!.content).toEqual(all);
         expect((await sandbox.execute("wc -c < bin.dat")).output.trim()).toBe("1024");
       });
 
       it("downloads: missing, directory, under a file, hostile path, and follows a symlink", async () => {
-        const sandbox = toSeedProtocol(await shared.fresh());
-        await sandbox.uploadFiles([["/real/target.txt", bytes("through the link")]]);
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
+        const ws = native.workspace;
+        await sandbox.uploadFiles([[`${ws}/real/target.txt`, bytes("through the link")]]);
         await sandbox.execute("ln -s real/target.txt link.txt && ln -s real linkdir");
-        const responses = await sandbox.downloadFiles(["/missing.txt", "/real", "/real/target.txt/x", "/a/../b", "/link.txt", "/linkdir/target.txt"]);
+        const responses = await sandbox.downloadFiles([
+          `${ws}/missing.txt`,
+          `${ws}/real`,
+          `${ws}/real/target.txt/x`,
+          `${ws}/a/../b`,
+          `${ws}/link.txt`,
+          `${ws}/linkdir/target.txt`,
+        ]);
         expect(responses.map((r) => [r.path, r.error])).toEqual([
-          ["/missing.txt", "file_not_found"],
-          ["/real", "is_directory"],
-          ["/real/target.txt/x", "file_not_found"],
-          ["/a/../b", "invalid_path"],
-          ["/link.txt", null],
-          ["/linkdir/target.txt", null],
+          [`${ws}/missing.txt`, "file_not_found"],
+          [`${ws}/real`, "is_directory"],
+          [`${ws}/real/target.txt/x`, "file_not_found"],
+          [`${ws}/a/../b`, "invalid_path"],
+          [`${ws}/link.txt`, null],
+          [`${ws}/linkdir/target.txt`, null],
         ]);
         expect(text(responses[4]!.content)).toBe("through the link");
         expect(text(responses[5]!.content)).toBe("through the link");
@@ -234,22 +253,62 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("serves the derived file operations from the same workspace", async () => {
-        const sandbox = toSeedProtocol(await shared.fresh());
-        expect(await sandbox.write("/notes/a.md", "alpha\nbeta\n")).toMatchObject({ path: "/notes/a.md" });
+        const native = await shared.fresh();
+        const sandbox = toSeedProtocol(native);
+        const ws = native.workspace;
+        expect(await sandbox.write(`${ws}/notes/a.md`, "alpha\nbeta\n")).toMatchObject({ path: `${ws}/notes/a.md` });
         expect((await sandbox.execute("cat notes/a.md")).output).toBe("alpha\nbeta\n");
-        expect(await sandbox.edit("/notes/a.md", "beta", "gamma")).toMatchObject({ occurrences: 1 });
-        expect((await sandbox.grep("gamma")).matches).toEqual([{ path: "/notes/a.md", line: 2, text: "gamma" }]);
-        expect(await sandbox.lsInfo("/")).toEqual([{ path: "/notes/", is_dir: true }]);
+        expect((await sandbox.execute(`cat ${ws}/notes/a.md`)).output).toBe("alpha\nbeta\n");
+        expect(await sandbox.edit(`${ws}/notes/a.md`, "beta", "gamma")).toMatchObject({ occurrences: 1 });
+        expect((await sandbox.grep("gamma")).matches).toEqual([{ path: `${ws}/notes/a.md`, line: 2, text: "gamma" }]);
+        expect(await sandbox.lsInfo(ws)).toEqual([{ path: `${ws}/notes/`, is_dir: true }]);
+      });
+
+      it("shares one path space between files and commands: the seeds' example, and invalid_path outside /workspace", async () => {
+        // A container of its own, on the default workspace, as the seeds' example has it.
+        const native = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS });
+        try {
+          const sandbox = toSeedProtocol(native);
+          expect([native.workspace, native.root]).toEqual(["/workspace", "/workspace"]);
+          // No python in the test images: a sh script. The file a write makes is the file the command runs, by the same path.
+          expect(await sandbox.write("/workspace/script.sh", 'echo "hello from $(pwd)"\n')).toMatchObject({ path: "/workspace/script.sh" });
+          expect(await sandbox.execute("sh /workspace/script.sh")).toMatchObject({ output: "hello from /workspace\n", exitCode: 0 });
+          // A relative path starts in the workspace, for files and for a command's cwd.
+          expect(await sandbox.read("script.sh")).toBe('     1\techo "hello from $(pwd)"');
+          await sandbox.execute("mkdir -p sub && echo made > /workspace/sub/made.txt");
+          expect(await sandbox.read("/workspace/sub/made.txt")).toBe("     1\tmade");
+          expect(await sandbox.execute("sh ../script.sh", { cwd: "sub" })).toMatchObject({ output: "hello from /workspace/sub\n", exitCode: 0 });
+          // Outside the workspace, every file operation answers invalid_path and touches nothing.
+          const invalid = { error: expect.objectContaining({ code: "invalid_path" }) };
+          for (const path of ["/etc/passwd", "/a.txt"]) {
+            expect(await native.read(path)).toMatchObject(invalid);
+            expect(await native.write(path, "x")).toMatchObject(invalid);
+            expect(await native.write(path, "x", { overwrite: true })).toMatchObject(invalid);
+            expect(await native.edit(path, "root", "toor")).toMatchObject(invalid);
+            expect(await native.delete(path)).toMatchObject(invalid);
+            expect(await native.stat(path)).toMatchObject(invalid);
+            expect(await native.ls(path)).toMatchObject(invalid);
+            expect(await native.grep("root", { path })).toMatchObject(invalid);
+            expect(await native.uploadFiles([[path, bytes("x")]])).toMatchObject({ files: [{ path, error: { code: "invalid_path" } }] });
+            expect(await native.downloadFiles([path])).toMatchObject({ files: [{ path, content: null, error: { code: "invalid_path" } }] });
+            expect(await sandbox.uploadFiles([[path, bytes("x")]])).toEqual([{ path, error: "invalid_path" }]);
+          }
+          expect(await native.execute("true", { cwd: "/etc" })).toMatchObject(invalid);
+          expect((await sandbox.execute("head -c 5 /etc/passwd; [ -e /a.txt ] && echo a-exists || echo no-a")).output).toBe("root:no-a\n");
+        } finally {
+          await native.close();
+        }
       });
     });
 
     describe("lifecycle", () => {
       it("reattaches to the container by id and sees the same files", async () => {
         const first = await shared.fresh();
-        await toSeedProtocol(first).uploadFiles([["/kept.txt", bytes("still here")]]);
+        await toSeedProtocol(first).uploadFiles([[`${first.workspace}/kept.txt`, bytes("still here")]]);
         const again = await DockerSandbox.attach(first.id, { docker: socket, workspace: first.workspace });
         expect(again.id).toBe(first.id);
-        expect(text((await toSeedProtocol(again).downloadFiles(["/kept.txt"]))[0]!.content)).toBe("still here");
+        expect(again.workspace).toBe(first.workspace);
+        expect(text((await toSeedProtocol(again).downloadFiles([`${again.workspace}/kept.txt`]))[0]!.content)).toBe("still here");
         await first.close();
         // Closing an attached sandbox leaves the container running for the others.
         expect((await toSeedProtocol(again).execute("cat kept.txt")).output).toBe("still here");
@@ -262,9 +321,10 @@ for (const [flavour, image] of Object.entries(images)) {
         await native.close();
         await expect(sandbox.execute("echo hi")).rejects.toMatchObject({ code: "sandbox_closed" });
         // Transfers answer per item, as they always do.
-        expect(await sandbox.uploadFiles([["/a", bytes("x")]])).toEqual([{ path: "/a", error: "permission_denied" }]);
-        expect(await sandbox.downloadFiles(["/a"])).toEqual([{ path: "/a", content: null, error: "permission_denied" }]);
-        await expect(sandbox.lsInfo("/")).rejects.toMatchObject({ code: "sandbox_closed" });
+        const path = `${native.workspace}/a`;
+        expect(await sandbox.uploadFiles([[path, bytes("x")]])).toEqual([{ path, error: "permission_denied" }]);
+        expect(await sandbox.downloadFiles([path])).toEqual([{ path, content: null, error: "permission_denied" }]);
+        await expect(sandbox.lsInfo(native.workspace)).rejects.toMatchObject({ code: "sandbox_closed" });
       });
 
       it("creates a container with the limits asked for and removes it (and its volume) on close", async () => {

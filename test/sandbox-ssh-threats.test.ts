@@ -130,39 +130,47 @@ describe("SshSandbox host key", () => {
 
 describe("SshSandbox uploads", () => {
   it("replaces a symlink at the target instead of writing through it, as write does", async () => {
-    const sandbox = toSeedProtocol(await fresh());
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    const ws = native.workspace;
     const outside = `${root}/outside-${randomUUID()}.txt`;
     await sandbox.execute(`echo precious > '${outside}' && ln -s '${outside}' up.txt && ln -s '${outside}' wr.txt`);
-    expect(await sandbox.uploadFiles([["/up.txt", bytes("uploaded")]])).toEqual([{ path: "/up.txt", error: null }]);
-    expect((await sandbox.write("/wr.txt", "written", { overwrite: true })).error).toBeUndefined();
+    expect(await sandbox.uploadFiles([[`${ws}/up.txt`, bytes("uploaded")]])).toEqual([{ path: `${ws}/up.txt`, error: null }]);
+    expect((await sandbox.write(`${ws}/wr.txt`, "written", { overwrite: true })).error).toBeUndefined();
     const { output } = await sandbox.execute(`cat '${outside}'; for f in up.txt wr.txt; do test -L $f && echo "$f link" || echo "$f file: $(cat $f)"; done`);
     expect(output).toBe("precious\nup.txt file: uploaded\nwr.txt file: written\n");
   });
 
   it("refuses a symlinked parent directory that leads out of the workspace, and follows one that stays inside", async () => {
-    const sandbox = toSeedProtocol(await fresh());
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    const ws = native.workspace;
     const outside = `${root}/outside-dir-${randomUUID()}`;
     await sandbox.execute(`mkdir -p '${outside}' real && ln -s '${outside}' out && ln -s real alias && ln -s ../.. up`);
     const responses = await sandbox.uploadFiles([
-      ["/out/planted.txt", bytes("no")],
-      ["/out/deeper/planted.txt", bytes("no")],
-      ["/up/planted.txt", bytes("no")],
-      ["/alias/kept.txt", bytes("inside")],
+      [`${ws}/out/planted.txt`, bytes("no")],
+      [`${ws}/out/deeper/planted.txt`, bytes("no")],
+      [`${ws}/up/planted.txt`, bytes("no")],
+      [`${ws}/alias/kept.txt`, bytes("inside")],
+      // The outside directory by its own path: outside the workspace, so not a path the sandbox's files take.
+      [`${outside}/planted.txt`, bytes("no")],
     ]);
-    expect(responses.map((r) => r.error)).toEqual(["permission_denied", "permission_denied", "permission_denied", null]);
+    expect(responses.map((r) => r.error)).toEqual(["permission_denied", "permission_denied", "permission_denied", null, "invalid_path"]);
     const { output } = await sandbox.execute(`ls -A '${outside}' | wc -l; ls ../.. | grep -c planted; cat real/kept.txt`);
     expect(output).toBe("0\n0\ninside");
   });
 
   it("replaces atomically: a reader holding the old file sees it whole, the mode is kept, no temporary file is left", async () => {
-    const sandbox = toSeedProtocol(await fresh());
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    const path = `${native.workspace}/f.bin`;
     const size = 4 * 1024 * 1024;
-    await sandbox.uploadFiles([["/f.bin", new Uint8Array(size).fill(97)]]);
+    await sandbox.uploadFiles([[path, new Uint8Array(size).fill(97)]]);
     await sandbox.execute("chmod 751 f.bin");
     // The reader opens the file, then waits for the upload to finish before reading it through its descriptor.
     const reader = sandbox.execute("exec 3<f.bin; echo opened; while [ ! -e done ]; do sleep 0.05; done; tr -d a <&3 | wc -c; wc -c <&3", { timeout: 30 });
     await new Promise((resolve) => setTimeout(resolve, 500));
-    expect(await sandbox.uploadFiles([["/f.bin", new Uint8Array(size).fill(98)]])).toEqual([{ path: "/f.bin", error: null }]);
+    expect(await sandbox.uploadFiles([[path, new Uint8Array(size).fill(98)]])).toEqual([{ path, error: null }]);
     await sandbox.execute("touch done");
     // In-place writes would show 'b's (or a truncated file) through the reader's descriptor.
     expect((await reader).output).toBe("opened\n0\n0\n");
@@ -179,16 +187,19 @@ describe("SshSandbox when the connection drops", () => {
     const sandbox = toSeedProtocol(native);
     const pids = serverPids(native);
     const started = Date.now();
-    const upload = sandbox.uploadFiles([["/big.bin", big]]);
+    const path = `${native.workspace}/big.bin`;
+    const upload = sandbox.uploadFiles([[path, big]]);
     setTimeout(() => signalServer(pids, "SIGKILL"), 150);
-    expect(await upload).toEqual([{ path: "/big.bin", error: "permission_denied" }]);
+    expect(await upload).toEqual([{ path, error: "permission_denied" }]);
     expect(elapsed(started)).toBeLessThan(10);
     expect(await sandbox.execute("echo back")).toMatchObject({ output: "back\n", exitCode: 0 });
     expect(native.stats.connections).toBe(2);
     // The cut file never replaced anything: the target does not exist.
     expect((await sandbox.execute("test -e big.bin && echo there || echo absent")).output).toBe("absent\n");
     // What the cut transfer left is a temporary name, which listings leave out.
-    expect(JSON.stringify(await sandbox.lsInfo("/"))).not.toContain(".strata-");
+    const listed = await sandbox.lsInfo(native.workspace);
+    expect(listed).toEqual([]);
+    expect(JSON.stringify(listed)).not.toContain(".strata-");
   });
 
   it("answers a 50 MB download cut mid-way per item (never a throw), and the next call reconnects", async () => {
@@ -196,15 +207,16 @@ describe("SshSandbox when the connection drops", () => {
     const sandbox = toSeedProtocol(native);
     await sandbox.execute("head -c 52428800 /dev/zero > big.bin");
     const pids = serverPids(native);
-    const download = sandbox.downloadFiles(["/big.bin", "/big.bin"]);
+    const path = `${native.workspace}/big.bin`;
+    const download = sandbox.downloadFiles([path, path]);
     setTimeout(() => signalServer(pids, "SIGKILL"), 100);
     const started = Date.now();
     expect(await download).toEqual([
-      { path: "/big.bin", content: null, error: "permission_denied" },
-      { path: "/big.bin", content: null, error: "permission_denied" },
+      { path, content: null, error: "permission_denied" },
+      { path, content: null, error: "permission_denied" },
     ]);
     expect(elapsed(started)).toBeLessThan(10);
-    const [again] = await sandbox.downloadFiles(["/big.bin"]);
+    const [again] = await sandbox.downloadFiles([path]);
     expect(again!.content?.length).toBe(52428800);
   });
 
@@ -217,7 +229,8 @@ describe("SshSandbox when the connection drops", () => {
     const error = await rejection(running);
     expect(isStrataError(error, "unavailable")).toBe(true);
     expect((await sandbox.execute("echo back")).output).toBe("back\n");
-    expect(await sandbox.downloadFiles(["/missing"])).toEqual([{ path: "/missing", content: null, error: "file_not_found" }]);
+    const missing = `${native.workspace}/missing`;
+    expect(await sandbox.downloadFiles([missing])).toEqual([{ path: missing, content: null, error: "file_not_found" }]);
   });
 
   it("gives up on a server that stops answering at the keepalive limit: unavailable, then a new connection", async () => {
@@ -226,12 +239,13 @@ describe("SshSandbox when the connection drops", () => {
     const pids = serverPids(native);
     const started = Date.now();
     const running = sandbox.execute("sleep 20", { timeout: 60 });
-    const upload = sandbox.uploadFiles([["/stalled.bin", big]]);
+    const stalled = `${native.workspace}/stalled.bin`;
+    const upload = sandbox.uploadFiles([[stalled, big]]);
     await new Promise((resolve) => setTimeout(resolve, 100));
     signalServer(pids, "SIGSTOP");
     try {
       expect(isStrataError(await rejection(running), "unavailable")).toBe(true);
-      expect(await upload).toEqual([{ path: "/stalled.bin", error: "permission_denied" }]);
+      expect(await upload).toEqual([{ path: stalled, error: "permission_denied" }]);
       expect(elapsed(started)).toBeLessThan(10);
     } finally {
       signalServer(pids, "SIGKILL");
@@ -282,13 +296,15 @@ describe("SshSandbox keeps secrets out of argv", () => {
   });
 
   it("sends grep patterns over stdin: ps never shows the pattern", async () => {
-    const sandbox = toSeedProtocol(await fresh());
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    const ws = native.workspace;
     const pattern = `pw-${randomUUID()}`;
-    await sandbox.uploadFiles(Array.from({ length: 200 }, (_, i) => [`/d${i % 20}/f${i}.txt`, bytes(`line\n${i % 50 === 0 ? pattern : "other"}\n`)] as const));
+    await sandbox.uploadFiles(Array.from({ length: 200 }, (_, i) => [`${ws}/d${i % 20}/f${i}.txt`, bytes(`line\n${i % 50 === 0 ? pattern : "other"}\n`)] as const));
     const searches = (async () => {
       let found = 0;
       const until = Date.now() + 2000;
-      while (Date.now() < until) found = matchCount(await sandbox.grep(pattern, "/"));
+      while (Date.now() < until) found = matchCount(await sandbox.grep(pattern, ws));
       return found;
     })();
     const samples = await sampleArgs(searches);

@@ -79,11 +79,15 @@ describe("SshSandbox execute", () => {
     const native = await fresh();
     const sandbox = toSeedProtocol(native);
     await sandbox.execute("mkdir -p sub/deeper");
-    expect((await sandbox.execute("pwd", { cwd: "/sub/deeper" })).output).toBe(`${native.workspace}/sub/deeper\n`);
-    const missing = await rejection(sandbox.execute("pwd", { cwd: "/nope" }));
+    // A cwd is a path in the sandbox's one path space: the remote workspace's absolute paths, or relative to it.
+    expect((await sandbox.execute("pwd", { cwd: `${native.workspace}/sub/deeper` })).output).toBe(`${native.workspace}/sub/deeper\n`);
+    expect((await sandbox.execute("pwd", { cwd: "sub/deeper" })).output).toBe(`${native.workspace}/sub/deeper\n`);
+    const missing = await rejection(sandbox.execute("pwd", { cwd: `${native.workspace}/nope` }));
     expect(isStrataError(missing, "file_not_found")).toBe(true);
-    expect((missing as Error).message).not.toContain(native.workspace);
+    // The message names the path as the caller gave it, the one the command would have seen.
+    expect((missing as Error).message).toBe(`File '${native.workspace}/nope' not found`);
     await expect(sandbox.execute("pwd", { cwd: "/../etc" })).rejects.toMatchObject({ code: "invalid_path" });
+    await expect(sandbox.execute("pwd", { cwd: "/etc" })).rejects.toMatchObject({ code: "invalid_path" });
   });
 
   it("kills the whole remote process tree at the timeout (exit 124), even a child that left the group", async () => {
@@ -136,7 +140,7 @@ describe("SshSandbox files", () => {
     // Without a quota: the default one measures the workspace with a command first.
     const native = await fresh({ quota: false });
     const sandbox = toSeedProtocol(native);
-    const files = Array.from({ length: 1000 }, (_, i) => [`/batch/d${i % 10}/file-${i}.txt`, bytes(`content ${i}\n`)] as const);
+    const files = Array.from({ length: 1000 }, (_, i) => [`${native.workspace}/batch/d${i % 10}/file-${i}.txt`, bytes(`content ${i}\n`)] as const);
     const before = { ...native.stats };
     expect(await sandbox.uploadFiles(files)).toEqual(files.map(([path]) => ({ path, error: null })));
     expect(native.stats.execs - before.execs).toBe(1);
@@ -148,54 +152,69 @@ describe("SshSandbox files", () => {
   });
 
   it("answers a mixed batch per item, in order, and never replaces a directory", async () => {
-    const sandbox = toSeedProtocol(await fresh());
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    const ws = native.workspace;
     await sandbox.uploadFiles([
-      ["/dir/inside.txt", bytes("keep me")],
-      ["/plain.txt", bytes("a file")],
+      [`${ws}/dir/inside.txt`, bytes("keep me")],
+      [`${ws}/plain.txt`, bytes("a file")],
     ]);
     const responses = await sandbox.uploadFiles([
-      ["/ok-1.txt", bytes("one")],
-      ["/dir", bytes("would clobber a directory")],
-      ["/../escape.txt", bytes("no")],
-      ["/plain.txt/child.txt", bytes("under a file")],
-      ["/plain.txt/deeper/child.txt", bytes("under a file, deeper")],
-      ["/", bytes("the root")],
-      ["/ok-2.txt", bytes("two")],
+      [`${ws}/ok-1.txt`, bytes("one")],
+      [`${ws}/dir`, bytes("would clobber a directory")],
+      [`${ws}/../escape.txt`, bytes("no")],
+      [`${ws}/plain.txt/child.txt`, bytes("under a file")],
+      [`${ws}/plain.txt/deeper/child.txt`, bytes("under a file, deeper")],
+      [ws, bytes("the workspace itself")],
+      ["/outside.txt", bytes("outside the workspace")],
+      [`${ws}/ok-2.txt`, bytes("two")],
     ]);
     expect(responses).toEqual([
-      { path: "/ok-1.txt", error: null },
-      { path: "/dir", error: "is_directory" },
-      { path: "/../escape.txt", error: "invalid_path" },
-      { path: "/plain.txt/child.txt", error: "invalid_path" },
-      { path: "/plain.txt/deeper/child.txt", error: "invalid_path" },
-      { path: "/", error: "is_directory" },
-      { path: "/ok-2.txt", error: null },
+      { path: `${ws}/ok-1.txt`, error: null },
+      { path: `${ws}/dir`, error: "is_directory" },
+      { path: `${ws}/../escape.txt`, error: "invalid_path" },
+      { path: `${ws}/plain.txt/child.txt`, error: "invalid_path" },
+      { path: `${ws}/plain.txt/deeper/child.txt`, error: "invalid_path" },
+      { path: ws, error: "is_directory" },
+      { path: "/outside.txt", error: "invalid_path" },
+      { path: `${ws}/ok-2.txt`, error: null },
     ]);
-    const back = await sandbox.downloadFiles(["/dir/inside.txt", "/plain.txt", "/ok-1.txt", "/ok-2.txt"]);
+    const back = await sandbox.downloadFiles([`${ws}/dir/inside.txt`, `${ws}/plain.txt`, `${ws}/ok-1.txt`, `${ws}/ok-2.txt`]);
     expect(back.map((r) => text(r.content))).toEqual(["keep me", "a file", "one", "two"]);
   });
 
   it("round-trips every byte value and overwrites on upload", async () => {
-    const sandbox = toSeedProtocol(await fresh());
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    const path = `${native.workspace}/bin.dat`;
     const all = Uint8Array.from({ length: 256 * 4 }, (_, i) => i % 256);
-    await sandbox.uploadFiles([["/bin.dat", bytes("old content that is longer than nothing")]]);
-    expect(await sandbox.uploadFiles([["/bin.dat", all]])).toEqual([{ path: "/bin.dat", error: null }]);
-    expect((await sandbox.downloadFiles(["/bin.dat"]))[0]!.content).toEqual(all);
+    await sandbox.uploadFiles([[path, bytes("old content that is longer than nothing")]]);
+    expect(await sandbox.uploadFiles([[path, all]])).toEqual([{ path, error: null }]);
+    expect((await sandbox.downloadFiles([path]))[0]!.content).toEqual(all);
     expect((await sandbox.execute("wc -c < bin.dat")).output.trim()).toBe("1024");
   });
 
   it("downloads: missing, directory, under a file, unreadable, hostile path, and follows a symlink", async () => {
-    const sandbox = toSeedProtocol(await fresh());
-    await sandbox.uploadFiles([["/real/target.txt", bytes("through the link")]]);
+    const native = await fresh();
+    const sandbox = toSeedProtocol(native);
+    const ws = native.workspace;
+    await sandbox.uploadFiles([[`${ws}/real/target.txt`, bytes("through the link")]]);
     await sandbox.execute("ln -s real/target.txt link.txt && echo secret > locked.txt && chmod 000 locked.txt");
-    const responses = await sandbox.downloadFiles(["/missing.txt", "/real", "/real/target.txt/x", "/locked.txt", "/a/../b", "/link.txt"]);
+    const responses = await sandbox.downloadFiles([
+      `${ws}/missing.txt`,
+      `${ws}/real`,
+      `${ws}/real/target.txt/x`,
+      `${ws}/locked.txt`,
+      `${ws}/a/../b`,
+      `${ws}/link.txt`,
+    ]);
     expect(responses.map((r) => [r.path, r.error])).toEqual([
-      ["/missing.txt", "file_not_found"],
-      ["/real", "is_directory"],
-      ["/real/target.txt/x", "file_not_found"],
-      ["/locked.txt", "permission_denied"],
-      ["/a/../b", "invalid_path"],
-      ["/link.txt", null],
+      [`${ws}/missing.txt`, "file_not_found"],
+      [`${ws}/real`, "is_directory"],
+      [`${ws}/real/target.txt/x`, "file_not_found"],
+      [`${ws}/locked.txt`, "permission_denied"],
+      [`${ws}/a/../b`, "invalid_path"],
+      [`${ws}/link.txt`, null],
     ]);
     expect(text(responses[5]!.content)).toBe("through the link");
   });
@@ -205,12 +224,12 @@ describe("SshSandbox lifecycle", () => {
   it("creates a nested workspace that is missing, and a new connection sees the same files", async () => {
     const workspace = `${root}/${randomUUID()}/nested/deeper`;
     const first = await SshSandbox.connect({ ...options, workspace });
-    await toSeedProtocol(first).uploadFiles([["/kept.txt", bytes("still here")]]);
+    await toSeedProtocol(first).uploadFiles([[`${workspace}/kept.txt`, bytes("still here")]]);
     await first.close();
     const again = await SshSandbox.connect({ ...options, workspace });
     workspaces.track(again);
     expect(again.id).toBe(first.id);
-    expect(text((await toSeedProtocol(again).downloadFiles(["/kept.txt"]))[0]!.content)).toBe("still here");
+    expect(text((await toSeedProtocol(again).downloadFiles([`${workspace}/kept.txt`]))[0]!.content)).toBe("still here");
   });
 
   it("fails every operation with sandbox_closed after close, and close is idempotent", async () => {
@@ -220,9 +239,10 @@ describe("SshSandbox lifecycle", () => {
     await native.close();
     await expect(sandbox.execute("echo hi")).rejects.toMatchObject({ code: "sandbox_closed" });
     // The seeds' per-item answers have four codes and never throw; a closed sandbox's file channel is permission_denied.
-    expect(await sandbox.uploadFiles([["/a", bytes("x")]])).toEqual([{ path: "/a", error: "permission_denied" }]);
-    expect(await sandbox.downloadFiles(["/a"])).toEqual([{ path: "/a", content: null, error: "permission_denied" }]);
-    const closed = await rejection(sandbox.lsInfo("/"));
+    const path = `${native.workspace}/a`;
+    expect(await sandbox.uploadFiles([[path, bytes("x")]])).toEqual([{ path, error: "permission_denied" }]);
+    expect(await sandbox.downloadFiles([path])).toEqual([{ path, content: null, error: "permission_denied" }]);
+    const closed = await rejection(sandbox.lsInfo(native.workspace));
     expect(isStrataError(closed, "sandbox_closed")).toBe(true);
     expect((closed as Error).message).not.toContain(native.workspace);
   });
