@@ -297,7 +297,12 @@ export function describeNative(options: NativeOptions): void {
       expect((await sandbox.read("/etc/passwd")).error?.message).toContain("'/etc/passwd'");
       fails(await sandbox.read(`${root}/missing.txt`), "file_not_found", `${root}/missing.txt`);
       expect(ok(await sandbox.ls(), "ls of the workspace").entries.map((e) => e.path)).toContain(`${root}/space/`);
-      fails(await sandbox.execute("pwd", { cwd: "/etc" }), "invalid_path");
+      fails(await sandbox.execute("pwd", { cwd: "/etc" }), "invalid_path", "/etc");
+      fails(await sandbox.spawn("pwd", { cwd: "/etc" }), "invalid_path", "/etc");
+      const [upload] = ok(await sandbox.uploadFiles([["/outside.txt", bytes("x")]]), "upload").files;
+      expect(upload!.error).toMatchObject({ code: "invalid_path", path: "/outside.txt" });
+      const [download] = ok(await sandbox.downloadFiles([`${root}/missing.txt`]), "download").files;
+      expect(download!.error).toMatchObject({ code: "file_not_found", path: `${root}/missing.txt`, message: `File '${root}/missing.txt' not found` });
     });
 
     if (options.execute) it("moves and copies keep what commands see: modes, links and empty directories", async () => {

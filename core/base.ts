@@ -514,10 +514,11 @@ export abstract class BaseBackend implements Backend {
           return undefined;
         });
         const done = pending.length > 0 ? await this.doUpload(pending.map(({ item }) => item)) : [];
-        pending.forEach(({ index, item }, i) => (answers[index] = uploadItem((items[index] as [string])[0], item[0], done[i] ? done[i].error : "io_error")));
+        // A driver's item errors name driver paths: translated here; those refused above already name the caller's.
+        pending.forEach(({ index, item }, i) => (answers[index] = this.callerItem(uploadItem((items[index] as [string])[0], item[0], done[i] ? done[i].error : "io_error"))));
         return { files: answers as UploadItem[] };
       },
-      (v) => ({ files: v.files.map(this.callerItem) }),
+      (v) => v,
     );
   }
 
@@ -543,11 +544,11 @@ export abstract class BaseBackend implements Backend {
         const done = pending.length > 0 ? await this.doDownload(pending.map(({ path }) => path)) : [];
         pending.forEach(({ index, path }, i) => {
           const answer = done[i];
-          answers[index] = { ...uploadItem(items[index] as string, path, answer ? answer.error : "io_error"), content: answer?.error === null ? answer.content : null };
+          answers[index] = { ...this.callerItem(uploadItem(items[index] as string, path, answer ? answer.error : "io_error")), content: answer?.error === null ? answer.content : null };
         });
         return { files: answers as DownloadItem[] };
       },
-      (v) => ({ files: v.files.map(this.callerItem) }),
+      (v) => v,
     );
   }
 

@@ -139,7 +139,7 @@ function checkExecute(command: unknown, options: unknown): ExecuteOptions {
   if (checked.timeout !== undefined) timeoutSeconds(checked.timeout);
   if (checked.maxOutputBytes !== undefined) checked.maxOutputBytes = byteCount(checked.maxOutputBytes, "maxOutputBytes");
   if (checked.cwd !== undefined && (typeof checked.cwd !== "string" || checked.cwd.includes("\0"))) {
-    throw errors.invalidArgument("cwd must be a virtual path without NUL bytes");
+    throw errors.invalidArgument("cwd must be a path without NUL bytes");
   }
   if (checked.env !== undefined) {
     if (typeof checked.env !== "object" || checked.env === null || Array.isArray(checked.env)) throw errors.invalidArgument("env must be an object of strings");
@@ -282,10 +282,16 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   /** The native `execute`: a bare number where the options belong is `invalid_argument` (`toSeedProtocol` takes the seeds' `execute(cmd, timeout)`). */
   async execute(command: string, options?: ExecuteOptions): Promise<Result<ExecuteResponse>> {
     let copy: ExecuteOptions | undefined;
+    let driverOptions: ExecuteOptions;
     try {
       copy = readOptions(options);
       // Checked before the cwd is translated, so a bad cwd is invalid_argument as every other bad option is.
-      return await this.doExecute(command, this.driverOptions(checkExecute(command, copy)));
+      driverOptions = this.driverOptions(checkExecute(command, copy));
+    } catch (error) {
+      return { error: toErrorInfo(error) }; // refused before the sandbox saw it: it names the caller's own paths
+    }
+    try {
+      return await this.doExecute(command, driverOptions);
     } catch (error) {
       return { error: this.callerError(toErrorInfo(this.closedIfClosing(abortedBy(copy?.signal, error)))) };
     }
@@ -309,8 +315,14 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   /** Starts a command with live streams; see `SpawnedProcess`. */
   async spawn(command: string, options: SpawnOptions = {}): Promise<Result<SpawnedProcess>> {
     try {
-      const checked = this.driverOptions(checkSpawn(readOptions(options)));
-      checkExecute(command, checked);
+      let checked: SpawnOptions;
+      try {
+        const read = checkSpawn(readOptions(options));
+        checkExecute(command, read);
+        checked = this.driverOptions(read);
+      } catch (error) {
+        return { error: toErrorInfo(error) }; // refused before the sandbox saw it: it names the caller's own paths
+      }
       this.assertOpen();
       return spawnFromExecute((run) => this.doExecute(command, { ...checked, ...run }), checked.signal, (error) => this.callerError(error));
     } catch (error) {
