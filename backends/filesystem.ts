@@ -689,7 +689,7 @@ function fsError(error: unknown, shown: string, creating = false): StrataError {
     case "EEXIST":
       return errors.alreadyExists(shown);
     case "ENOTEMPTY":
-      return new StrataError("already_exists", `'${shown}' is a directory that is not empty`, { path: shown });
+      return errors.notEmpty(shown);
     case "ENAMETOOLONG":
       return errors.invalidPath(shown, "a name is too long for the filesystem");
     case "EBUSY":

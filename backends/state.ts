@@ -335,7 +335,7 @@ export class StateBackend extends BaseBackend {
     if (isFile && targetIsDir) throw errors.isDirectory(target);
     if (!isFile && this.record(target)) throw errors.notADirectory(joinPath(target, "x"));
     // Directories here exist only while they hold files, so an existing one is never empty.
-    if (!isFile && targetIsDir) throw new StrataError("already_exists", `'${printable(target)}' is a directory that is not empty`, { path: target });
+    if (!isFile && targetIsDir) throw errors.notEmpty(target);
     if (isFile && this.record(target) && !overwrite) throw errors.alreadyExists(target);
     const pairs: Array<[string, string]> = isFile
       ? [[source, target]]

@@ -243,7 +243,7 @@ export abstract class BaseBackend implements Backend {
     if (existing && !overwrite) throw errors.alreadyExists(target);
     // A directory replaces only an empty one (as rename(2) does): merging two trees is not a move.
     if (existing && (await this.doLs(target)).length > 0) {
-      throw new StrataError("already_exists", `'${printable(target)}' is a directory that is not empty`, { path: target });
+      throw errors.notEmpty(target);
     }
     const files = (await this.doGlob("**", source)).map((f): [string, string] => [f.path, joinPath(target, relativeTo(source, f.path))]);
     const sourceDirs: string[] = [source];
@@ -464,27 +464,25 @@ export abstract class BaseBackend implements Backend {
   }
 
   move(from: unknown, to: unknown, options?: unknown): Promise<Result<Moved>> {
-    return this.answer(
-      from,
-      options,
-      false,
-      async (p, o) => {
-        const target = this.toDriverPath(checkPath(to));
-        return { from: normalizePath(p), to: normalizePath(target), filesUpdate: await this.doMove(p, target, flag(o, "overwrite")) };
-      },
-      (v) => this.callerMove(v),
-    );
+    return this.transfer(from, to, options, (source, target, overwrite) => this.doMove(source, target, overwrite));
   }
 
   copy(from: unknown, to: unknown, options?: unknown): Promise<Result<Moved>> {
+    return this.transfer(from, to, options, (source, target, overwrite) => this.doCopy(source, target, overwrite));
+  }
+
+  private async transfer(from: unknown, to: unknown, options: unknown, run: (from: string, to: string, overwrite: boolean) => Promise<FilesUpdate>): Promise<Result<Moved>> {
+    let target: string;
+    try {
+      target = this.toDriverPath(checkPath(to));
+    } catch (error) {
+      return { error: toErrorInfo(error, typeof to === "string" ? safeNormalize(to) : undefined) }; // the caller's own path, as given
+    }
     return this.answer(
       from,
       options,
       false,
-      async (p, o) => {
-        const target = this.toDriverPath(checkPath(to));
-        return { from: normalizePath(p), to: normalizePath(target), filesUpdate: await this.doCopy(p, target, flag(o, "overwrite")) };
-      },
+      async (p, o) => ({ from: normalizePath(p), to: normalizePath(target), filesUpdate: await run(p, target, flag(o, "overwrite")) }),
       (v) => this.callerMove(v),
     );
   }

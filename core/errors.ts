@@ -104,6 +104,7 @@ export const errors = {
     new StrataError("quota_exceeded", `Quota exceeded writing '${printable(path)}': ${why}. Delete files to make room`, { path }),
   conflict: (path: string, why: string) =>
     new StrataError("conflict", `'${printable(path)}' changed while it was being edited (${why}); read it again and retry`, { path }),
+  notEmpty: (path: string) => new StrataError("already_exists", `'${printable(path)}' is a directory that is not empty`, { path }),
   sandboxClosed: (what = "the sandbox") => new StrataError("sandbox_closed", `${what} is closed`),
   invalidArgument: (message: string) => new StrataError("invalid_argument", message),
   aborted: (what = "The operation") => new StrataError("aborted", `${what} was aborted by its signal`),

@@ -883,7 +883,7 @@ if cp -R -P -p -- "$S" "$X" && mv -f -T -- "$X" "$T"; then echo ok; else echo fa
       case "tnotdir":
         throw errors.notADirectory(target);
       case "tnotempty":
-        throw new StrataError("already_exists", `'${printable(target)}' is a directory that is not empty`, { path: target });
+        throw errors.notEmpty(target);
       default:
         throw errors.io(source);
     }
