@@ -1,5 +1,5 @@
 /**
- * strata/conformance — the one suite every backend runs.
+ * strata-workspace/conformance — the one suite every backend runs.
  *
  *   runConformance({ name: "my backend", create: async () => new MyBackend(), destroy: (b) => b.close() });
  *

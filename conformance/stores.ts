@@ -1,5 +1,5 @@
 /**
- * strata/conformance (stores) — the suite every Store runs, directly and
+ * strata-workspace/conformance (stores) — the suite every Store runs, directly and
  * through a StoreBackend:
  *
  *   runStoreConformance({ name: "my store", create: (options) => new MyStore({ ...options }), destroy: (s) => s.close() });

@@ -1,5 +1,5 @@
 /**
- * strata/core — the contract. Pure TypeScript with no `node:` imports, so it
+ * strata-workspace/core — the contract. Pure TypeScript with no `node:` imports, so it
  * runs in browsers, edge runtimes, Deno and Bun.
  *
  * Public, by name: the native API (`Backend`, `Sandbox`) and its result and

@@ -1,5 +1,5 @@
 /**
- * strata/runtime — the OpenRath layer over the sandboxes: the provider
+ * strata-workspace/runtime — the OpenRath layer over the sandboxes: the provider
  * registry, capabilities, refcounted sandbox handles, typed payloads and
  * dispatch, the FIFO stream, and the persistent sandbox registry.
  *
