@@ -10,6 +10,7 @@ import { randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
 import { toSeedProtocol } from "../core/seed.js";
 import { BubblewrapSandbox, type BubblewrapSandboxOptions } from "../sandboxes/bubblewrap.js";
+import { expectOnePathSpace } from "./support/path-space.js";
 
 const missing = await BubblewrapSandbox.unavailableReason();
 if (missing) throw new Error(`${missing}; run \`bash scripts/services/20-bubblewrap.sh\` (npm test does this for you)`);
@@ -158,34 +159,7 @@ describe("BubblewrapSandbox", () => {
   });
 
   it("shares one path space between files and commands: the seeds' example, and invalid_path outside /workspace", async () => {
-    const native = sandbox();
-    const s = seed(native);
-    expect([native.workspace, native.root]).toEqual(["/workspace", "/workspace"]);
-    // The file a write makes is the file the command runs, by the same absolute path.
-    expect(await s.write("/workspace/script.sh", 'echo "hello from $(pwd)"\n')).toMatchObject({ path: "/workspace/script.sh" });
-    expect(await s.execute("sh /workspace/script.sh")).toMatchObject({ output: "hello from /workspace\n", exitCode: 0 });
-    // A relative path starts in the workspace, for files and for a command's cwd.
-    expect(await s.read("script.sh")).toBe('     1\techo "hello from $(pwd)"');
-    await s.execute("mkdir -p sub && echo made > /workspace/sub/made.txt");
-    expect(await s.read("/workspace/sub/made.txt")).toBe("     1\tmade");
-    expect(await s.execute("sh ../script.sh", { cwd: "sub" })).toMatchObject({ output: "hello from /workspace/sub\n", exitCode: 0 });
-    // Outside the workspace, every file operation answers invalid_path and touches nothing.
-    const invalid = { error: expect.objectContaining({ code: "invalid_path" }) };
-    for (const path of ["/etc/passwd", "/a.txt"]) {
-      expect(await native.read(path)).toMatchObject(invalid);
-      expect(await native.write(path, "x")).toMatchObject(invalid);
-      expect(await native.write(path, "x", { overwrite: true })).toMatchObject(invalid);
-      expect(await native.edit(path, "root", "toor")).toMatchObject(invalid);
-      expect(await native.delete(path)).toMatchObject(invalid);
-      expect(await native.stat(path)).toMatchObject(invalid);
-      expect(await native.ls(path)).toMatchObject(invalid);
-      expect(await native.grep("root", { path })).toMatchObject(invalid);
-      expect(await native.uploadFiles([[path, new TextEncoder().encode("x")]])).toMatchObject({ files: [{ path, error: { code: "invalid_path" } }] });
-      expect(await native.downloadFiles([path])).toMatchObject({ files: [{ path, content: null, error: { code: "invalid_path" } }] });
-      expect(await s.uploadFiles([[path, new TextEncoder().encode("x")]])).toEqual([{ path, error: "invalid_path" }]);
-    }
-    expect(await native.execute("true", { cwd: "/etc" })).toMatchObject(invalid);
-    expect((await s.execute("head -c 5 /etc/passwd; [ -e /a.txt ] && echo a-exists || echo no-a")).output).toBe("root:no-a\n");
+    await expectOnePathSpace(sandbox());
   });
 
   it("rejects bad limits with invalid_argument", () => {

@@ -10,6 +10,7 @@ import { isStrataError } from "../core/errors.js";
 import { toSeedProtocol } from "../core/seed.js";
 import { DockerSandbox } from "../sandboxes/docker.js";
 import { dockerService, rejection, SharedContainer, TEST_LABELS } from "./support/sandbox-services.js";
+import { expectOnePathSpace } from "./support/path-space.js";
 
 const { socket, images } = dockerService();
 const bytes = (text: string) => new TextEncoder().encode(text);
@@ -268,33 +269,7 @@ for (const [flavour, image] of Object.entries(images)) {
         // A container of its own, on the default workspace, as the seeds' example has it.
         const native = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS });
         try {
-          const sandbox = toSeedProtocol(native);
-          expect([native.workspace, native.root]).toEqual(["/workspace", "/workspace"]);
-          // No python in the test images: a sh script. The file a write makes is the file the command runs, by the same path.
-          expect(await sandbox.write("/workspace/script.sh", 'echo "hello from $(pwd)"\n')).toMatchObject({ path: "/workspace/script.sh" });
-          expect(await sandbox.execute("sh /workspace/script.sh")).toMatchObject({ output: "hello from /workspace\n", exitCode: 0 });
-          // A relative path starts in the workspace, for files and for a command's cwd.
-          expect(await sandbox.read("script.sh")).toBe('     1\techo "hello from $(pwd)"');
-          await sandbox.execute("mkdir -p sub && echo made > /workspace/sub/made.txt");
-          expect(await sandbox.read("/workspace/sub/made.txt")).toBe("     1\tmade");
-          expect(await sandbox.execute("sh ../script.sh", { cwd: "sub" })).toMatchObject({ output: "hello from /workspace/sub\n", exitCode: 0 });
-          // Outside the workspace, every file operation answers invalid_path and touches nothing.
-          const invalid = { error: expect.objectContaining({ code: "invalid_path" }) };
-          for (const path of ["/etc/passwd", "/a.txt"]) {
-            expect(await native.read(path)).toMatchObject(invalid);
-            expect(await native.write(path, "x")).toMatchObject(invalid);
-            expect(await native.write(path, "x", { overwrite: true })).toMatchObject(invalid);
-            expect(await native.edit(path, "root", "toor")).toMatchObject(invalid);
-            expect(await native.delete(path)).toMatchObject(invalid);
-            expect(await native.stat(path)).toMatchObject(invalid);
-            expect(await native.ls(path)).toMatchObject(invalid);
-            expect(await native.grep("root", { path })).toMatchObject(invalid);
-            expect(await native.uploadFiles([[path, bytes("x")]])).toMatchObject({ files: [{ path, error: { code: "invalid_path" } }] });
-            expect(await native.downloadFiles([path])).toMatchObject({ files: [{ path, content: null, error: { code: "invalid_path" } }] });
-            expect(await sandbox.uploadFiles([[path, bytes("x")]])).toEqual([{ path, error: "invalid_path" }]);
-          }
-          expect(await native.execute("true", { cwd: "/etc" })).toMatchObject(invalid);
-          expect((await sandbox.execute("head -c 5 /etc/passwd; [ -e /a.txt ] && echo a-exists || echo no-a")).output).toBe("root:no-a\n");
+          await expectOnePathSpace(native);
         } finally {
           await native.close();
         }
