@@ -274,10 +274,6 @@ export class FilesystemBackend extends BaseBackend {
   protected override async doMove(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
     const source = this.resolve(from);
     const target = this.resolve(to);
-    if (source.path === "/") throw errors.invalidArgument("Cannot move or copy '/'");
-    if (isWithin(source.path, target.path)) {
-      throw new StrataError("invalid_argument", `Cannot move or copy '${source.shown}' into itself ('${target.shown}')`, { path: target.shown });
-    }
     const [first, second] = source.path < target.path ? [source, target] : [target, source];
     let shown = source.shown;
     try {

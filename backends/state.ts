@@ -1,6 +1,6 @@
 import { BaseBackend, type UploadAnswer, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
-import { errors, printable, StrataError } from "../core/errors.js";
+import { errors, StrataError } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
@@ -324,10 +324,6 @@ export class StateBackend extends BaseBackend {
   private transferNow(from: string, to: string, overwrite: boolean, move: boolean): FilesUpdate {
     const source = normalizePath(from);
     const target = normalizePath(to);
-    if (source === "/") throw new StrataError("invalid_argument", "Cannot move or copy '/'", { path: source });
-    if (source === target || isWithin(source, target)) {
-      throw new StrataError("invalid_argument", `Cannot move or copy '${printable(source)}' into itself ('${printable(target)}')`, { path: target });
-    }
     const files = this.indexes.files;
     const isFile = this.record(source) !== undefined;
     if (!isFile && !this.index.isDirectory(source)) throw errors.notFound(source);

@@ -228,10 +228,6 @@ export abstract class BaseBackend implements Backend {
   protected async transferPlan(from: string, to: string, overwrite: boolean): Promise<TransferPlan> {
     const source = normalizePath(from);
     const target = normalizePath(to);
-    if (source === "/") throw new StrataError("invalid_argument", "Cannot move or copy '/'", { path: source });
-    if (source === target || isWithin(source, target)) {
-      throw new StrataError("invalid_argument", `Cannot move or copy '${printable(source)}' into itself ('${printable(target)}')`, { path: target });
-    }
     const info = await this.doStat(source);
     const existing = await this.statOrNull(target);
     if (!info.is_dir) {
@@ -482,7 +478,16 @@ export abstract class BaseBackend implements Backend {
       from,
       options,
       false,
-      async (p, o) => ({ from: normalizePath(p), to: normalizePath(target), filesUpdate: await run(p, target, flag(o, "overwrite")) }),
+      async (p, o) => {
+        const source = normalizePath(p);
+        const into = normalizePath(target);
+        // Checked once here for every backend: the drivers take them as given.
+        if (source === "/") throw new StrataError("invalid_argument", "Cannot move or copy '/'", { path: source });
+        if (source === into || isWithin(source, into)) {
+          throw new StrataError("invalid_argument", `Cannot move or copy '${printable(source)}' into itself ('${printable(into)}')`, { path: into });
+        }
+        return { from: source, to: into, filesUpdate: await run(p, target, flag(o, "overwrite")) };
+      },
       (v) => this.callerMove(v),
     );
   }

@@ -837,10 +837,6 @@ fi`,
     this.assertOpen();
     const source = normalizePath(from);
     const target = normalizePath(to);
-    if (source === "/") throw new StrataError("invalid_argument", "Cannot move or copy '/'", { path: source });
-    if (source === target || isWithin(source, target)) {
-      throw new StrataError("invalid_argument", `Cannot move or copy '${printable(source)}' into itself ('${printable(target)}')`, { path: target });
-    }
     const [first, second] = source < target ? [source, target] : [target, source];
     const quota = this.quotaVariables();
     const T = this.sandboxPath(target);
