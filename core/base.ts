@@ -707,17 +707,26 @@ function describeItemError(code: ErrorCode, path: string): StrataError {
 }
 
 /** The options object, copied once: a getter that throws, or a Proxy, is read here and only here. */
+/**
+ * An options object read once into a plain copy: a getter or a Proxy that
+ * throws is `invalid_argument`, never a raw error later. Anything that is not
+ * an object comes back as it is, for the caller's own type check.
+ */
+export function readOptions<T>(options: T): T {
+  if (typeof options !== "object" || options === null || Array.isArray(options)) return options;
+  try {
+    return { ...options };
+  } catch {
+    throw errors.invalidArgument("options could not be read (a getter or a Proxy threw)");
+  }
+}
+
 function checkOptions(options: unknown): Options {
   if (options === undefined || options === null) return {};
   if (typeof options !== "object" || Array.isArray(options)) {
     throw errors.invalidArgument(`options must be an object, got ${typeName(options)}`);
   }
-  let copy: Options;
-  try {
-    copy = { ...(options as Options) };
-  } catch {
-    throw errors.invalidArgument("options could not be read (a getter or a Proxy threw)");
-  }
+  const copy = readOptions(options as Options);
   if (copy.signal !== undefined && !(copy.signal instanceof AbortSignal)) throw errors.invalidArgument("signal must be an AbortSignal");
   return copy;
 }

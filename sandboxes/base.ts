@@ -15,7 +15,7 @@
  *   `applyEdit`, `compileGlob`, `grepText`, …): the shell only moves bytes.
  */
 import { createHash } from "node:crypto";
-import { BaseBackend, checkOffset, failure, textWindow, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
+import { BaseBackend, checkOffset, failure, readOptions, textWindow, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
 import { Slots } from "../core/concurrency.js";
 import { applyEdit } from "../core/edit.js";
 import { type ErrorCode, StrataError, asStrataError, errors, isStrataError, printable, toErrorInfo } from "../core/errors.js";
@@ -159,16 +159,6 @@ function checkExecute(command: unknown, options: unknown): ExecuteOptions {
   return checked;
 }
 
-
-/** The options object read once: a getter or a Proxy that throws is `invalid_argument`, never a rejection. */
-function readOptions<T>(options: T): T {
-  if (typeof options !== "object" || options === null || Array.isArray(options)) return options;
-  try {
-    return { ...options };
-  } catch {
-    throw errors.invalidArgument("options could not be read (a getter or a Proxy threw)");
-  }
-}
 
 /** A command stopped by its caller's signal answers `aborted`, with the reason the caller gave. */
 function abortedBy(signal: AbortSignal | undefined, error: unknown): unknown {
