@@ -1,0 +1,26 @@
+import { z } from "zod";
+import { ToolFailure, defineTool, ok, orFail } from "./define.js";
+
+export const lsSchema = z.object({
+  path: z.string().optional().describe("Absolute path of the directory to list. Default: the workspace root"),
+});
+
+export const ls = defineTool({
+  name: "ls",
+  description:
+    "Lists a directory (not recursive): one entry a line, directories ending in '/', files with their size in bytes. Use glob to find files by name across directories.",
+  inputSchema: lsSchema,
+  async execute(session, input) {
+    const path = input.path ?? session.root;
+    const listing = orFail(await session.backend.ls(path));
+    const entries = listing.entries.filter((entry) => !session.isEvicted(entry.path.replace(/\/$/, "")));
+    if (entries.length === 0) {
+      // A missing directory lists as empty in the native API; the model should hear which it is.
+      const stat = await session.backend.stat(path);
+      if (stat.error) throw new ToolFailure(stat.error.code === "file_not_found" ? `Directory '${path}' does not exist` : stat.error.message);
+      if (!stat.is_dir) return ok(`${stat.path} (${stat.size ?? 0} bytes) is a file, not a directory`);
+      return ok(`'${stat.path.replace(/(.)\/$/, "$1")}' is empty.`);
+    }
+    return ok(entries.map((entry) => (entry.is_dir ? entry.path : `${entry.path} (${entry.size ?? 0} bytes)`)).join("\n"));
+  },
+});
