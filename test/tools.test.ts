@@ -251,6 +251,69 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(await text(backend, "/p.txt")).toBe(Array.from({ length: 8 }, (_, i) => `w${i}`).join("\n") + "\n");
     });
 
+    it("the guard agrees with the backend's line model on every line ending", async () => {
+      const backend = create();
+      const tools = toolsFor(backend);
+      const cases = ["no newline at the end", "lone\rcarriage\nreturn\n", "ends in cr\r", "crlf\r\nlines\r\n", "blank\n\n\nlines\n\n", "\n", "\ufeffbom\n"];
+      for (const [i, content] of cases.entries()) {
+        const path = `/le-${i}.txt`;
+        await backend.write(path, content);
+        expectOk(await tools.read_file!.call({ file_path: path, offset: 0, limit: 1 }));
+        expect(tools.read_file!.session.hasRead(path), JSON.stringify(content)).toBe(true);
+        expectOk(await tools.write_file!.call({ file_path: path, content: "replaced\n" }));
+      }
+    });
+
+    it("a file that changes between the hash and the window is not recorded as read", async () => {
+      const backend = create();
+      let raced = false;
+      const racing = new Proxy(backend, {
+        get(target, key, receiver) {
+          const value = Reflect.get(target, key, receiver);
+          if (key === "readRaw") {
+            // Someone writes right after the session fetched the whole file, before it reads the window.
+            return async (path: string) => {
+              const answer = await target.readRaw(path);
+              if (!raced) {
+                raced = true;
+                await target.write(path, "changed\n", { overwrite: true });
+              }
+              return answer;
+            };
+          }
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+      const tools = toolsFor(racing);
+      await backend.write("/r.txt", "original\n");
+      expect(expectOk(await tools.read_file!.call({ file_path: "/r.txt" }))).toContain("changed");
+      expectError(await tools.edit_file!.call({ file_path: "/r.txt", old_string: "changed", new_string: "x" }), /has not been read in this session/);
+      // A read that is not raced records it.
+      expectOk(await tools.read_file!.call({ file_path: "/r.txt" }));
+      expectOk(await tools.edit_file!.call({ file_path: "/r.txt", old_string: "changed", new_string: "x" }));
+    });
+
+    it("overwrites a binary file once it has been read, and reads a directory as an error", async () => {
+      const backend = create();
+      const tools = toolsFor(backend);
+      await backend.uploadFiles([["/pic.png", PNG]]);
+      expectError(await tools.write_file!.call({ file_path: "/pic.png", content: "text now" }), /has not been read/);
+      expectOk(await tools.read_file!.call({ file_path: "/pic.png" }));
+      expectOk(await tools.write_file!.call({ file_path: "/pic.png", content: "text now" }));
+      expect(await text(backend, "/pic.png")).toBe("text now");
+      await backend.write("/dir/x.txt", "x");
+      expectError(await tools.read_file!.call({ file_path: "/dir" }), /directory/);
+    });
+
+    it("takes null for an omitted optional parameter", async () => {
+      const backend = create();
+      const tools = toolsFor(backend);
+      await backend.write("/n.txt", "a\nb\n");
+      expect(expectOk(await tools.read_file!.call({ file_path: "/n.txt", offset: null, limit: null }))).toContain("[Lines 1-2 of 2 (end of file).]");
+      expectOk(await tools.edit_file!.call({ file_path: "/n.txt", old_string: "a", new_string: "A", replace_all: null, edits: null, dry_run: null }));
+      expect(await text(backend, "/n.txt")).toBe("A\nb\n");
+    });
+
     it("glob finds files by pattern", async () => {
       const backend = create();
       const tools = toolsFor(backend);
@@ -297,6 +360,7 @@ for (const [kind, create] of Object.entries(kinds)) {
       // Evicted results stay out of listings and searches.
       expect(expectOk(await tools.glob!.call({ pattern: "glob-*.txt" }))).toMatch(/^No files match/);
       expect(expectOk(await tools.ls!.call({ path: "/.strata" }))).not.toContain("evicted");
+      expect(expectOk(await tools.ls!.call({ path: "/.strata/evicted" }))).toMatch(/^\/\.strata\/evicted\/glob-1\.txt \(\d+ bytes\)$/);
       // read_file keeps to the budget by stopping at a line and naming the offset to continue from.
       await backend.write("/big.txt", Array.from({ length: 500 }, (_, i) => `row ${i}`).join("\n"));
       const read = expectOk(await tools.read_file!.call({ file_path: "/big.txt" }));

@@ -85,7 +85,7 @@ export function defineTool<S extends z.ZodObject>(spec: ToolSpec<S>): ToolDefini
       return structuredClone(schema);
     },
     async run(session, input) {
-      const parsed = spec.inputSchema.safeParse(input);
+      const parsed = spec.inputSchema.safeParse(withoutNulls(input));
       if (!parsed.success) return fail(`Invalid arguments for ${spec.name}: ${describeIssues(parsed.error)}`);
       let output: ToolOutput;
       try {
@@ -97,6 +97,12 @@ export function defineTool<S extends z.ZodObject>(spec: ToolSpec<S>): ToolDefini
       return spec.selfBudgeted ? output : session.budget(spec.name, output);
     },
   };
+}
+
+/** Models (and OpenAI's strict mode) send null for an omitted optional parameter: it means absent. */
+function withoutNulls(input: unknown): unknown {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return input;
+  return Object.fromEntries(Object.entries(input).filter(([, value]) => value !== null));
 }
 
 function describeIssues(error: z.ZodError): string {

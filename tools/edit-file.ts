@@ -4,7 +4,7 @@ import { applyEdit } from "../core/edit.js";
 import { isStrataError } from "../core/errors.js";
 import { fileDataText } from "../core/filedata.js";
 import { ToolFailure, defineTool, ok, orFail } from "./define.js";
-import { lockKey } from "./paths.js";
+import { canonicalPath } from "./paths.js";
 
 const oneEdit = z.object({
   old_string: z.string().describe("The exact text to replace, copied from the file without read_file's line numbers"),
@@ -37,14 +37,14 @@ export const editFile = defineTool({
   ].join(" "),
   inputSchema: editFileSchema,
   async execute(session, input) {
-    const single = input.old_string !== undefined || input.new_string !== undefined || input.replace_all !== undefined;
+    const single = input.old_string !== undefined || input.new_string !== undefined;
     if (input.edits && single) throw new ToolFailure("Pass either old_string/new_string or edits, not both");
     if (!input.edits && (input.old_string === undefined || input.new_string === undefined)) {
       throw new ToolFailure("Pass old_string and new_string (or edits: [{old_string, new_string}])");
     }
     const edits = input.edits ?? [{ old_string: input.old_string!, new_string: input.new_string!, replace_all: input.replace_all }];
 
-    return session.exclusive(lockKey(session, input.file_path), async () => {
+    return session.exclusive(canonicalPath(session, input.file_path), async () => {
       const raw = orFail(await session.backend.readRaw(input.file_path));
       const path = raw.path;
       const before = fileDataText(raw.data);

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { defineTool, ok, orFail } from "./define.js";
+import { canonicalPath } from "./paths.js";
 
 export const globSchema = z.object({
   pattern: z
@@ -15,7 +16,7 @@ export const glob = defineTool({
   async execute(session, input) {
     const path = input.path ?? session.root;
     const found = orFail(await session.backend.glob(input.pattern, { path }));
-    const askedForEvicted = session.isEvicted(path);
+    const askedForEvicted = session.isEvicted(canonicalPath(session, path));
     const files = found.entries.filter((entry) => askedForEvicted || !session.isEvicted(entry.path)).map((entry) => entry.path);
     if (files.length === 0) return ok(`No files match '${input.pattern}' under '${path}'.`);
     return ok(files.join("\n"));

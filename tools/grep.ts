@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { search, type SearchAnswer, type SearchLine } from "../core/search.js";
 import { defineTool, ok, orFail } from "./define.js";
+import { canonicalPath } from "./paths.js";
 
 /** Output units (lines, files or count rows) a grep answers when head_limit is not given. */
 export const DEFAULT_HEAD_LIMIT = 500;
@@ -47,7 +48,8 @@ export const grep = defineTool({
         includeIgnored: input.include_ignored ?? false,
       }),
     );
-    const keep = (p: string) => session.isEvicted(path) || !session.isEvicted(p);
+    const listsEvicted = session.isEvicted(canonicalPath(session, path));
+    const keep = (p: string) => listsEvicted || !session.isEvicted(p);
     return ok(render(answer, keep, input.pattern, path));
   },
 });

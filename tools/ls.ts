@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { ToolFailure, defineTool, ok, orFail } from "./define.js";
+import { canonicalPath } from "./paths.js";
 
 export const lsSchema = z.object({
   path: z.string().optional().describe("Absolute path of the directory to list. Default: the workspace root"),
@@ -13,7 +14,10 @@ export const ls = defineTool({
   async execute(session, input) {
     const path = input.path ?? session.root;
     const listing = orFail(await session.backend.ls(path));
-    const entries = listing.entries.filter((entry) => !session.isEvicted(entry.path.replace(/\/$/, "")));
+    // Evicted results are tool artefacts: hidden unless their directory is what is listed.
+    const listsEvicted = session.isEvicted(canonicalPath(session, path));
+    const shown = (entry: { path: string }) => listsEvicted || !session.isEvicted(entry.path.replace(/(.)\/$/, "$1"));
+    const entries = listing.entries.filter(shown);
     if (entries.length === 0) {
       // A missing directory lists as empty in the native API; the model should hear which it is.
       const stat = await session.backend.stat(path);

@@ -1,9 +1,9 @@
 import { z } from "zod";
 import { encodeBase64, fileDataText } from "../core/filedata.js";
 import { DEFAULT_READ_LIMIT, forEachLine, renderLines } from "../core/format.js";
-import type { ReadContent } from "../core/types.js";
+import type { FileData, ReadContent } from "../core/types.js";
 import { defineTool, ok, orFail, type ImageBlock, type ToolOutput } from "./define.js";
-import type { ToolSession } from "./session.js";
+import { hashOf, type ToolSession } from "./session.js";
 
 /** Image types shown to the model as image blocks. */
 const IMAGE_TYPES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
@@ -38,9 +38,11 @@ export const readFile = defineTool({
   async execute(session, input) {
     const offset = input.offset ?? 0;
     const limit = input.limit ?? DEFAULT_READ_LIMIT;
+    // The whole file first (for the guard's hash), then the window.
+    const before = await session.backend.readRaw(input.file_path);
     const read = orFail(await session.backend.read(input.file_path, { offset, limit }));
     if (read.encoding === "binary") return binaryAnswer(session, read.path, read.content, read.mimeType);
-    await recordRead(session, read);
+    await recordRead(session, read, before.error ? null : before.data);
     return ok(renderText(session, read.content, read.path, read.offset, read.lineCount, read.totalLines));
   },
 });
@@ -72,24 +74,26 @@ function renderText(session: ToolSession, content: string, path: string, offset:
 }
 
 /**
- * Records the hash of the whole file for the stale-file guard. The window
- * came from `read` and the hash from `readRaw`; if the file changed between
- * the two (the window does not match the whole text), nothing is recorded,
- * so a later edit asks for a fresh read instead of trusting a mixed view.
+ * Records the hash of the whole file for the stale-file guard. The whole
+ * file came from `readRaw` just before the window came from `read`; when the
+ * window is not what that text holds at its offset, a second `readRaw` tells
+ * a file that changed in between (nothing is recorded, so a later edit asks
+ * for a fresh read instead of trusting a mixed view) from one the backend
+ * merely splits differently (recorded: the file did not change).
  */
-async function recordRead(session: ToolSession, read: Extract<ReadContent, { encoding: "utf-8" }>): Promise<void> {
-  const raw = await session.backend.readRaw(read.path);
-  if (raw.error) {
+async function recordRead(session: ToolSession, read: Extract<ReadContent, { encoding: "utf-8" }>, whole: FileData | null): Promise<void> {
+  if (whole === null) {
     session.forget(read.path);
     return;
   }
-  const data = raw.data;
-  const text = fileDataText(data);
-  if (text === null || !windowMatches(text, read.offset, read.lineCount, read.content, read.totalLines)) {
-    session.forget(read.path);
+  const text = fileDataText(whole);
+  if (text !== null && windowMatches(text, read.offset, read.lineCount, read.content, read.totalLines)) {
+    await session.remember(read.path, whole);
     return;
   }
-  await session.remember(read.path, data);
+  const after = await session.backend.readRaw(read.path);
+  if (!after.error && (await hashOf(after.data)) === (await hashOf(whole))) await session.remember(read.path, whole);
+  else session.forget(read.path);
 }
 
 function windowMatches(text: string, offset: number, lineCount: number, content: string, totalLines: number): boolean {

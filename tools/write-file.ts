@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { ToolFailure, defineTool, ok, orFail } from "./define.js";
-import { lockKey } from "./paths.js";
+import { canonicalPath } from "./paths.js";
 
 export const writeFileSchema = z.object({
   file_path: z.string().describe("Absolute path of the file to write; missing parent directories are created"),
@@ -16,7 +16,7 @@ export const writeFile = defineTool({
   ].join(" "),
   inputSchema: writeFileSchema,
   async execute(session, input) {
-    return session.exclusive(lockKey(session, input.file_path), async () => {
+    return session.exclusive(canonicalPath(session, input.file_path), async () => {
       const raw = await session.backend.readRaw(input.file_path);
       if (raw.error && raw.error.code !== "file_not_found") throw new ToolFailure(raw.error.message);
       if (raw.error) {
