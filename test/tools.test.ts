@@ -6,6 +6,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { StateBackend } from "../backends/state.js";
 import type { Backend } from "../core/protocol.js";
+import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { LocalSandbox } from "../sandboxes/local.js";
 import { createTools, toolDefinitions, ToolSession, type BoundTool, type ToolOutput } from "../tools/index.js";
 
@@ -359,6 +360,7 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(full.split("\n")).toHaveLength(100);
       // Evicted results stay out of listings and searches.
       expect(expectOk(await tools.glob!.call({ pattern: "glob-*.txt" }))).toMatch(/^No files match/);
+      expect(expectOk(await tools.ls!.call({}))).toBe("/many/");
       expect(expectOk(await tools.ls!.call({ path: "/.strata" }))).not.toContain("evicted");
       expect(expectOk(await tools.ls!.call({ path: "/.strata/evicted" }))).toMatch(/^\/\.strata\/evicted\/glob-1\.txt \(\d+ bytes\)$/);
       // read_file keeps to the budget by stopping at a line and naming the offset to continue from.
@@ -402,5 +404,27 @@ describe("execute", () => {
     expectOk(await tools.write_file!.call({ file_path: "/s.txt", content: "one\n" }));
     expect(expectOk(await tools.execute!.call({ command: "cat s.txt; echo two >> s.txt" }))).toBe("one\n[exit code 0]");
     expectError(await tools.edit_file!.call({ file_path: "/s.txt", old_string: "two", new_string: "2" }), /has changed since you last read it/);
+  });
+});
+
+describe.skipIf(!(await BubblewrapSandbox.isAvailable()))("tools over a sandbox whose path space starts at /workspace", () => {
+  it("start at the sandbox's root: relative paths, listings, searches and evicted results", async () => {
+    const sandbox = new BubblewrapSandbox();
+    cleanup.push(() => sandbox.close());
+    const tools = toolsFor(sandbox, { maxOutputChars: 300 });
+    expect(expectOk(await tools.write_file!.call({ file_path: "rel.txt", content: "rel\n" }))).toBe("Created '/workspace/rel.txt' (1 line, 4 bytes).");
+    expectOk(await tools.write_file!.call({ file_path: "/workspace/src/a.txt", content: "one\ntwo\n" }));
+    expect(expectOk(await tools.ls!.call({}))).toBe("/workspace/rel.txt (4 bytes)\n/workspace/src/");
+    // Its own writes count as read, under either spelling of the path.
+    expectOk(await tools.edit_file!.call({ file_path: "/workspace/rel.txt", old_string: "rel", new_string: "REL" }));
+    expectOk(await tools.edit_file!.call({ file_path: "src/a.txt", old_string: "two", new_string: "2" }));
+    expect(expectOk(await tools.glob!.call({ pattern: "*.txt" }))).toBe("/workspace/rel.txt\n/workspace/src/a.txt");
+    expect(expectOk(await tools.grep!.call({ pattern: "one", output_mode: "content" }))).toBe("/workspace/src/a.txt:1:one");
+    const out = expectOk(await tools.execute!.call({ command: "seq 1 200" }));
+    expect(out).toContain("The full output is in '/workspace/.strata/evicted/execute-1.txt'");
+    expect(out).toMatch(/^1\n2\n[\s\S]*\n200\n\[exit code 0\]$/);
+    expect(expectOk(await tools.read_file!.call({ file_path: "/workspace/.strata/evicted/execute-1.txt", offset: 199 }))).toContain("   200\t200");
+    expect(expectOk(await tools.ls!.call({}))).toBe("/workspace/rel.txt (4 bytes)\n/workspace/src/");
+    expectError(await tools.read_file!.call({ file_path: "/etc/passwd" }), /outside the workspace/);
   });
 });

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { parentOf } from "../core/paths.js";
 import { ToolFailure, defineTool, ok, orFail } from "./define.js";
 import { canonicalPath } from "./paths.js";
 
@@ -16,7 +17,18 @@ export const ls = defineTool({
     const listing = orFail(await session.backend.ls(path));
     // Evicted results are tool artefacts: hidden unless their directory is what is listed.
     const listsEvicted = session.isEvicted(canonicalPath(session, path));
-    const shown = (entry: { path: string }) => listsEvicted || !session.isEvicted(entry.path.replace(/(.)\/$/, "$1"));
+    const strataDir = parentOf(session.evictionDir);
+    let hideStrataDir = false;
+    if (!listsEvicted && listing.entries.some((entry) => entry.path === `${strataDir}/`)) {
+      // `.strata/` holding nothing but evicted results is noise too.
+      const inside = await session.backend.ls(strataDir);
+      hideStrataDir = !inside.error && inside.entries.every((entry) => session.isEvicted(entry.path.replace(/(.)\/$/, "$1")));
+    }
+    const shown = (entry: { path: string }) => {
+      if (listsEvicted) return true;
+      const bare = entry.path.replace(/(.)\/$/, "$1");
+      return !session.isEvicted(bare) && !(hideStrataDir && bare === strataDir);
+    };
     const entries = listing.entries.filter(shown);
     if (entries.length === 0) {
       // A missing directory lists as empty in the native API; the model should hear which it is.
