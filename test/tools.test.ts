@@ -315,6 +315,30 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(await text(backend, "/n.txt")).toBe("A\nb\n");
     });
 
+    it("a single edit never overwrites a change made meanwhile by someone else", async () => {
+      const backend = create();
+      const meddling = new Proxy(backend, {
+        get(target, key, receiver) {
+          const value = Reflect.get(target, key, receiver);
+          if (key === "edit") {
+            // Another writer lands between the guard's check and the edit.
+            return async (path: string, oldString: string, newString: string, options: object) => {
+              await target.write(path, "first\nsecond\nthird (theirs)\n", { overwrite: true });
+              return target.edit(path, oldString, newString, options);
+            };
+          }
+          return typeof value === "function" ? value.bind(target) : value;
+        },
+      });
+      const tools = toolsFor(meddling);
+      await backend.write("/c.txt", "first\nsecond\nthird\n");
+      expectOk(await tools.read_file!.call({ file_path: "/c.txt" }));
+      const out = expectOk(await tools.edit_file!.call({ file_path: "/c.txt", old_string: "first", new_string: "FIRST" }));
+      expect(out).toMatch(/^Edited '\/c.txt' \(1 replacement\), but the file was also changed by someone else meanwhile: read it again/);
+      expect(await text(backend, "/c.txt")).toBe("FIRST\nsecond\nthird (theirs)\n");
+      expectError(await tools.edit_file!.call({ file_path: "/c.txt", old_string: "second", new_string: "SECOND" }), /has changed since you last read it/);
+    });
+
     it("glob finds files by pattern", async () => {
       const backend = create();
       const tools = toolsFor(backend);

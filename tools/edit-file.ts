@@ -68,9 +68,22 @@ export const editFile = defineTool({
       const what = `${edits.length > 1 ? `${edits.length} edits, ` : ""}${occurrences} replacement${occurrences === 1 ? "" : "s"}`;
       if (input.dry_run) return ok(`Dry run: ${what} in '${path}' would make this change; nothing was written.\n\n${diff}`);
 
-      orFail(await session.backend.write(path, after, { overwrite: true }));
-      await session.remember(path, after);
-      return ok(`Edited '${path}' (${what}).\n\n${diff}`);
+      if (edits.length > 1) {
+        orFail(await session.backend.write(path, after, { overwrite: true }));
+        await session.remember(path, after);
+        return ok(`Edited '${path}' (${what}).\n\n${diff}`);
+      }
+      // One edit goes through the native edit, which is atomic against writers outside this
+      // session (a change that lands meanwhile is kept, never overwritten with the text read here).
+      const [edit] = edits;
+      orFail(await session.backend.edit(path, edit!.old_string, edit!.new_string, { replaceAll: edit!.replace_all ?? false }));
+      const now = await session.backend.readRaw(path);
+      if (!now.error && fileDataText(now.data) === after) {
+        await session.remember(path, now.data);
+        return ok(`Edited '${path}' (${what}).\n\n${diff}`);
+      }
+      session.invalidate(path);
+      return ok(`Edited '${path}' (${what}), but the file was also changed by someone else meanwhile: read it again before changing it further.\n\n${diff}`);
     });
   },
 });

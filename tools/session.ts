@@ -71,6 +71,11 @@ export class ToolSession {
     this.seen.delete(path);
   }
 
+  /** Marks what the model saw as out of date (the file changed under one of this session's own edits). */
+  invalidate(path: string): void {
+    this.seen.set(path, "");
+  }
+
   /** Whether the model has read this path in this session (and what version). */
   hasRead(path: string): boolean {
     return this.seen.has(path);
