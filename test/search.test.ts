@@ -60,6 +60,7 @@ const TREE: Record<string, string | Uint8Array> = {
   "/src/b.txt": "a.b(c)*\nabc\naxb(c)\n",
   "/src/crlf.txt": "one\r\ntwo foo\r\nthree\r\n",
   "/src/bin.dat": new Uint8Array([0x66, 0x6f, 0x6f, 0x0a, 0x00, 0x01, 0x02]),
+  "/src/latin1.txt": new Uint8Array([0x66, 0x6f, 0x6f, 0xe9, 0x0a]), // "foo" and invalid UTF-8: binary
   "/src/.git": "gitdir: foo\n",
   "/node_modules/pkg/index.js": "foo from node_modules\n",
   "/.git/config": "foo in git\n",
@@ -227,6 +228,8 @@ describe.each(KINDS)("search over %s", (_name, make) => {
     const backend = await seeded(make);
     expect(await ok(backend, { pattern: "foo", path: "/src/bin.dat" })).toEqual({ mode: "content", lines: [], totalMatches: 0, truncated: false });
     expect(await ok(backend, { pattern: "f.o", regex: true, path: "/src/bin.dat", outputMode: "count" })).toEqual({ mode: "count", counts: [], truncated: false });
+    expect(await ok(backend, { pattern: "f.o", regex: true, path: "/src/latin1.txt", outputMode: "count" })).toEqual({ mode: "count", counts: [], truncated: false });
+    expect(await ok(backend, { pattern: "foo", path: "/src/latin1.txt", ignoreCase: true })).toMatchObject({ lines: [], totalMatches: 0 });
   });
 
   it("never uses a prefilter that would miss matches", async () => {
