@@ -367,7 +367,8 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(page).toBe("/a.ts:2:foo();\n\n[More results: call grep again with offset=1]");
       expect(expectOk(await tools.grep!.call({ pattern: "(", output_mode: "content", head_limit: 1, offset: 1 }))).toBe("/a.ts:3:bar();");
       expect(expectOk(await tools.grep!.call({ pattern: "zzz" }))).toBe("No matches for 'zzz' under '/'.");
-      expectError(await tools.grep!.call({ pattern: "(", regex: true }), /./);
+      expectError(await tools.grep!.call({ pattern: "(", regex: true }), /regular expression|regex|pattern/i);
+      expectError(await tools.grep!.call({ pattern: "x", path: "/a/../b" }), /'\.\.' segments/);
     });
 
     it("holds every answer to the output budget, evicting the full result to the workspace", async () => {
@@ -412,6 +413,21 @@ for (const [kind, create] of Object.entries(kinds)) {
     });
   });
 }
+
+describe("ToolSession.budget", () => {
+  it("keeps whole characters and lines in its preview", async () => {
+    const session = new ToolSession(new StateBackend(), { maxOutputChars: 1_000, evict: false });
+    const emoji = "😀".repeat(2_000);
+    const cut = await session.budget("x", { text: emoji, isError: false });
+    expect(cut.text).not.toMatch(/[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/);
+    const lines = Array.from({ length: 300 }, (_, i) => `line ${i}`).join("\n");
+    const out = (await session.budget("x", { text: lines, isError: true })).text;
+    expect(out).toMatch(/^line 0\nline 1\n/);
+    expect(out).toMatch(/\nline 299$/);
+    expect(out.split("\n").every((line) => /^line \d+$/.test(line) || line.startsWith("[… output truncated"))).toBe(true);
+    expect(await session.budget("x", { text: "short", isError: false })).toEqual({ text: "short", isError: false });
+  });
+});
 
 describe("execute", () => {
   it("runs a command and reports its exit code", async () => {

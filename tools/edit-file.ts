@@ -1,7 +1,7 @@
 import { FILE_HEADERS_ONLY, createTwoFilesPatch } from "diff";
 import { z } from "zod";
 import { applyEdit } from "../core/edit.js";
-import { isStrataError } from "../core/errors.js";
+import { isStrataError, printable } from "../core/errors.js";
 import { fileDataText } from "../core/filedata.js";
 import { ToolFailure, defineTool, ok, orFail } from "./define.js";
 import { canonicalPath } from "./paths.js";
@@ -48,7 +48,7 @@ export const editFile = defineTool({
       const raw = orFail(await session.backend.readRaw(input.file_path));
       const path = raw.path;
       const before = fileDataText(raw.data);
-      if (before === null) throw new ToolFailure(`'${path}' is a binary file; edit_file changes text files only`);
+      if (before === null) throw new ToolFailure(`'${printable(path)}' is a binary file; edit_file changes text files only`);
       const stale = await session.staleReason(path, raw.data, "edit");
       if (stale) throw new ToolFailure(stale);
 
@@ -66,12 +66,12 @@ export const editFile = defineTool({
       }
       const diff = unifiedDiff(path, before, after);
       const what = `${edits.length > 1 ? `${edits.length} edits, ` : ""}${occurrences} replacement${occurrences === 1 ? "" : "s"}`;
-      if (input.dry_run) return ok(`Dry run: ${what} in '${path}' would make this change; nothing was written.\n\n${diff}`);
+      if (input.dry_run) return ok(`Dry run: ${what} in '${printable(path)}' would make this change; nothing was written.\n\n${diff}`);
 
       if (edits.length > 1) {
         orFail(await session.backend.write(path, after, { overwrite: true }));
         await session.remember(path, after);
-        return ok(`Edited '${path}' (${what}).\n\n${diff}`);
+        return ok(`Edited '${printable(path)}' (${what}).\n\n${diff}`);
       }
       // One edit goes through the native edit, which is atomic against writers outside this
       // session (a change that lands meanwhile is kept, never overwritten with the text read here).
@@ -80,10 +80,10 @@ export const editFile = defineTool({
       const now = await session.backend.readRaw(path);
       if (!now.error && fileDataText(now.data) === after) {
         await session.remember(path, now.data);
-        return ok(`Edited '${path}' (${what}).\n\n${diff}`);
+        return ok(`Edited '${printable(path)}' (${what}).\n\n${diff}`);
       }
       session.invalidate(path);
-      return ok(`Edited '${path}' (${what}), but the file was also changed by someone else meanwhile: read it again before changing it further.\n\n${diff}`);
+      return ok(`Edited '${printable(path)}' (${what}), but the file was also changed by someone else meanwhile: read it again before changing it further.\n\n${diff}`);
     });
   },
 });

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { printable } from "../core/errors.js";
 import { defineTool, ok, orFail } from "./define.js";
 import { canonicalPath } from "./paths.js";
 
@@ -18,7 +19,7 @@ export const glob = defineTool({
     const found = orFail(await session.backend.glob(input.pattern, { path }));
     const askedForEvicted = session.isEvicted(canonicalPath(session, path));
     const files = found.entries.filter((entry) => askedForEvicted || !session.isEvicted(entry.path)).map((entry) => entry.path);
-    if (files.length === 0) return ok(`No files match '${input.pattern}' under '${path}'.`);
+    if (files.length === 0) return ok(`No files match '${printable(input.pattern)}' under '${printable(path)}'.`);
     return ok(files.join("\n"));
   },
 });

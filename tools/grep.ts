@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { printable } from "../core/errors.js";
 import { search, type SearchAnswer, type SearchLine } from "../core/search.js";
 import { defineTool, ok, orFail } from "./define.js";
 import { canonicalPath } from "./paths.js";
@@ -71,7 +72,7 @@ function render(answer: SearchAnswer, keep: (path: string) => boolean, pattern: 
     body = counts.map((row) => `${row.path}:${row.count}`).join("\n");
   }
   const more = answer.nextOffset !== undefined ? `[More results: call grep again with offset=${answer.nextOffset}]` : answer.truncated ? "[Results were cut short]" : "";
-  if (empty) return more ? `No matches in this page.\n${more}` : `No matches for '${pattern}' under '${path}'.`;
+  if (empty) return more ? `No matches in this page.\n${more}` : `No matches for '${printable(pattern)}' under '${printable(path)}'.`;
   return more ? `${body}\n\n${more}` : body;
 }
 

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { printable } from "../core/errors.js";
 import { parentOf } from "../core/paths.js";
 import { ToolFailure, defineTool, ok, orFail } from "./define.js";
 import { canonicalPath } from "./paths.js";
@@ -33,9 +34,9 @@ export const ls = defineTool({
     if (entries.length === 0) {
       // A missing directory lists as empty in the native API; the model should hear which it is.
       const stat = await session.backend.stat(path);
-      if (stat.error) throw new ToolFailure(stat.error.code === "file_not_found" ? `Directory '${path}' does not exist` : stat.error.message);
+      if (stat.error) throw new ToolFailure(stat.error.code === "file_not_found" ? `Directory '${printable(path)}' does not exist` : stat.error.message);
       if (!stat.is_dir) return ok(`${stat.path} (${stat.size ?? 0} bytes) is a file, not a directory`);
-      return ok(`'${stat.path.replace(/(.)\/$/, "$1")}' is empty.`);
+      return ok(`'${printable(stat.path.replace(/(.)\/$/, "$1"))}' is empty.`);
     }
     return ok(entries.map((entry) => (entry.is_dir ? entry.path : `${entry.path} (${entry.size ?? 0} bytes)`)).join("\n"));
   },

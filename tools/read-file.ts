@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { printable } from "../core/errors.js";
 import { encodeBase64, fileDataText } from "../core/filedata.js";
 import { DEFAULT_READ_LIMIT, forEachLine, renderLines } from "../core/format.js";
 import type { FileData, ReadContent } from "../core/types.js";
@@ -49,7 +50,7 @@ export const readFile = defineTool({
 
 /** The numbered window with its footer, held to the budget by stopping at a line (never evicted: the file is already there). */
 function renderText(session: ToolSession, content: string, path: string, offset: number, lineCount: number, totalLines: number): string {
-  if (totalLines === 0) return `'${path}' exists but is empty (0 lines).`;
+  if (totalLines === 0) return `'${printable(path)}' exists but is empty (0 lines).`;
   const lines = lineCount === 0 ? [] : content.split("\n");
   // Leave room for the footer; a single line is always shown (renderLines cuts it to 2000 characters).
   const room = session.maxOutputChars - 200;
@@ -109,12 +110,12 @@ async function binaryAnswer(session: ToolSession, path: string, bytes: Uint8Arra
   const type = sniffImage(bytes) ?? mimeType;
   if (IMAGE_TYPES.has(type)) {
     if (bytes.length > MAX_IMAGE_BYTES) {
-      return ok(`'${path}' is an image (${type}, ${bytes.length} bytes), too large to show (over ${MAX_IMAGE_BYTES} bytes).`);
+      return ok(`'${printable(path)}' is an image (${type}, ${bytes.length} bytes), too large to show (over ${MAX_IMAGE_BYTES} bytes).`);
     }
     const block: ImageBlock = { type: "image", mimeType: type, data: encodeBase64(bytes) };
-    return ok(`Image '${path}' (${type}, ${bytes.length} bytes).`, [block]);
+    return ok(`Image '${printable(path)}' (${type}, ${bytes.length} bytes).`, [block]);
   }
-  return ok(`'${path}' is a binary file (${type}, ${bytes.length} bytes); it cannot be shown as text.`);
+  return ok(`'${printable(path)}' is a binary file (${type}, ${bytes.length} bytes); it cannot be shown as text.`);
 }
 
 /** The image type from the file's first bytes, so a misnamed image is still shown. */

@@ -13,6 +13,7 @@
  *   preview naming that file. When the write fails (a read-only workspace)
  *   the preview says how much was cut and nothing is written.
  */
+import { printable } from "../core/errors.js";
 import { fileDataBytes } from "../core/filedata.js";
 import { isWithin, joinPath, normalizePath } from "../core/paths.js";
 import type { Backend } from "../core/protocol.js";
@@ -76,7 +77,7 @@ export class ToolSession {
     this.seen.set(path, "");
   }
 
-  /** Whether the model has read this path in this session (and what version). */
+  /** Whether this session has recorded a read (or its own write) of this path. */
   hasRead(path: string): boolean {
     return this.seen.has(path);
   }
@@ -89,10 +90,10 @@ export class ToolSession {
     const known = this.seen.get(path);
     const verb = action === "edit" ? "editing" : "overwriting";
     if (known === undefined) {
-      return `File '${path}' has not been read in this session. Read it with read_file before ${verb} it`;
+      return `File '${printable(path)}' has not been read in this session. Read it with read_file before ${verb} it`;
     }
     if (known !== (await hashOf(current))) {
-      return `File '${path}' has changed since you last read it. Read it again with read_file before ${verb} it`;
+      return `File '${printable(path)}' has changed since you last read it. Read it again with read_file before ${verb} it`;
     }
     return null;
   }
@@ -133,7 +134,7 @@ export class ToolSession {
     const tail = cutAtLine(text.slice(text.length - this.previewChars), "tail");
     const omitted = text.length - head.length - tail.length;
     const marker = saved
-      ? `[… output truncated: ${omitted} of ${text.length} characters omitted. The full output is in '${saved}'; read it with read_file (offset/limit) or search it with grep …]`
+      ? `[… output truncated: ${omitted} of ${text.length} characters omitted. The full output is in '${printable(saved)}'; read it with read_file (offset/limit) or search it with grep …]`
       : `[… output truncated: ${omitted} of ${text.length} characters omitted (over the ${this.maxOutputChars}-character output budget); narrow the request to see the rest …]`;
     return { ...output, text: `${head}\n${marker}\n${tail}` };
   }
@@ -159,12 +160,14 @@ export async function hashOf(data: FileData | Uint8Array | string): Promise<stri
   return hex;
 }
 
-/** Trims a preview slice to whole lines when a line break is near enough. */
+/** Trims a preview slice to whole lines when a line break is near enough (and never splits a surrogate pair). */
 function cutAtLine(slice: string, end: "head" | "tail"): string {
   if (end === "head") {
+    if (/[\ud800-\udbff]$/.test(slice)) slice = slice.slice(0, -1);
     const at = slice.lastIndexOf("\n");
     return at > slice.length / 2 ? slice.slice(0, at) : slice;
   }
+  if (/^[\udc00-\udfff]/.test(slice)) slice = slice.slice(1);
   const at = slice.indexOf("\n");
   return at !== -1 && at < slice.length / 2 ? slice.slice(at + 1) : slice;
 }

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { printable } from "../core/errors.js";
 import { ToolFailure, defineTool, ok, orFail } from "./define.js";
 import { canonicalPath } from "./paths.js";
 
@@ -22,17 +23,17 @@ export const writeFile = defineTool({
       if (raw.error) {
         const created = await session.backend.write(input.file_path, input.content);
         if (created.error?.code === "already_exists") {
-          throw new ToolFailure(`File '${created.error.path ?? input.file_path}' was created by someone else meanwhile. Read it with read_file before overwriting it`);
+          throw new ToolFailure(`File '${printable(created.error.path ?? input.file_path)}' was created by someone else meanwhile. Read it with read_file before overwriting it`);
         }
         const path = orFail(created).path;
         await session.remember(path, input.content);
-        return ok(`Created '${path}' (${describe(input.content)}).`);
+        return ok(`Created '${printable(path)}' (${describe(input.content)}).`);
       }
       const stale = await session.staleReason(raw.path, raw.data, "overwrite");
       if (stale) throw new ToolFailure(stale);
       const path = orFail(await session.backend.write(raw.path, input.content, { overwrite: true })).path;
       await session.remember(path, input.content);
-      return ok(`Replaced the content of '${path}' (${describe(input.content)}).`);
+      return ok(`Replaced the content of '${printable(path)}' (${describe(input.content)}).`);
     });
   },
 });
