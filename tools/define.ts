@@ -1,0 +1,113 @@
+/**
+ * The shape of one tool: a name, a description written for a model, a zod
+ * input schema (snake_case parameters, the names models know) and `run`,
+ * which validates its input, calls the native API through a `ToolSession`
+ * and answers text formatted for a model. Framework-neutral: adapters render
+ * these definitions for each framework.
+ */
+import { z } from "zod";
+import type { Backend } from "../core/protocol.js";
+import type { Result } from "../core/types.js";
+import type { ToolSession } from "./session.js";
+
+/** An image a framework can show the model (read_file of a PNG, JPEG, GIF or WebP). */
+export interface ImageBlock {
+  type: "image";
+  mimeType: string;
+  /** Base64, no data: prefix. */
+  data: string;
+}
+
+/** What every tool answers: text for the model, whether it is an error, and content blocks where there are any. */
+export interface ToolOutput {
+  text: string;
+  isError: boolean;
+  blocks?: ImageBlock[];
+}
+
+export interface ToolDefinition<S extends z.ZodObject = z.ZodObject> {
+  readonly name: string;
+  /** Written for a model: what the tool does, when to use it, what it answers. */
+  readonly description: string;
+  readonly inputSchema: S;
+  /** Whether the tool is offered over this backend (execute: only a sandbox). Default: always. */
+  available(backend: Backend): boolean;
+  /** The input schema as JSON Schema (draft 2020-12), for frameworks that take plain JSON Schema. */
+  jsonSchema(): Record<string, unknown>;
+  /**
+   * Runs the tool. The input is validated here (a model's arguments are
+   * untrusted JSON); this never throws: every failure is `{ isError: true }`
+   * with one line the model can act on. The text is held to the session's
+   * output budget.
+   */
+  run(session: ToolSession, input: z.input<S>): Promise<ToolOutput>;
+}
+
+/** A successful answer. */
+export function ok(text: string, blocks?: ImageBlock[]): ToolOutput {
+  return blocks && blocks.length > 0 ? { text, isError: false, blocks } : { text, isError: false };
+}
+
+/** A failed answer: one line (newlines in a native message are folded). */
+export function fail(message: string): ToolOutput {
+  return { text: message.replace(/\s*\r?\n\s*/g, " ").trim(), isError: true };
+}
+
+/** Thrown inside a tool body to answer `fail(message)` (kept out of the public API). */
+export class ToolFailure extends Error {}
+
+/** Turns a native `{ error }` into a thrown ToolFailure carrying its message. */
+export function orFail<T extends object>(result: Result<T>): T {
+  if (result.error) throw new ToolFailure(result.error.message);
+  return result as T;
+}
+
+interface ToolSpec<S extends z.ZodObject> {
+  name: string;
+  description: string;
+  inputSchema: S;
+  available?: (backend: Backend) => boolean;
+  /** The body: input already validated; may throw ToolFailure. */
+  execute(session: ToolSession, input: z.output<S>): Promise<ToolOutput>;
+  /** Whether the session's budget applies by eviction (default) or the tool keeps to it itself (read_file pages). */
+  selfBudgeted?: boolean;
+}
+
+export function defineTool<S extends z.ZodObject>(spec: ToolSpec<S>): ToolDefinition<S> {
+  let schema: Record<string, unknown> | undefined;
+  return {
+    name: spec.name,
+    description: spec.description,
+    inputSchema: spec.inputSchema,
+    available: spec.available ?? (() => true),
+    jsonSchema() {
+      schema ??= z.toJSONSchema(spec.inputSchema, { io: "input" }) as Record<string, unknown>;
+      return structuredClone(schema);
+    },
+    async run(session, input) {
+      const parsed = spec.inputSchema.safeParse(withoutNulls(input));
+      if (!parsed.success) return fail(`Invalid arguments for ${spec.name}: ${describeIssues(parsed.error)}`);
+      let output: ToolOutput;
+      try {
+        output = await spec.execute(session, parsed.data);
+      } catch (error) {
+        if (error instanceof ToolFailure) return fail(error.message);
+        return fail(`${spec.name} failed unexpectedly: ${error instanceof Error ? error.message : String(error)}`);
+      }
+      return spec.selfBudgeted ? output : session.budget(spec.name, output);
+    },
+  };
+}
+
+/** Models (and OpenAI's strict mode) send null for an omitted optional parameter: it means absent. */
+function withoutNulls(input: unknown): unknown {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) return input;
+  return Object.fromEntries(Object.entries(input).filter(([, value]) => value !== null));
+}
+
+function describeIssues(error: z.ZodError): string {
+  return error.issues
+    .slice(0, 3)
+    .map((issue) => (issue.path.length > 0 ? `${issue.path.join(".")}: ${issue.message}` : issue.message))
+    .join("; ");
+}

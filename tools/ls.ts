@@ -1,0 +1,43 @@
+import { z } from "zod";
+import { printable } from "../core/errors.js";
+import { parentOf } from "../core/paths.js";
+import { ToolFailure, defineTool, ok, orFail } from "./define.js";
+import { canonicalPath } from "./paths.js";
+
+export const lsSchema = z.object({
+  path: z.string().optional().describe("Absolute path of the directory to list. Default: the workspace root"),
+});
+
+export const ls = defineTool({
+  name: "ls",
+  description:
+    "Lists a directory (not recursive): one entry a line, directories ending in '/', files with their size in bytes. Use glob to find files by name across directories.",
+  inputSchema: lsSchema,
+  async execute(session, input) {
+    const path = input.path ?? session.root;
+    const listing = orFail(await session.backend.ls(path));
+    // Evicted results are tool artefacts: hidden unless their directory is what is listed.
+    const listsEvicted = session.isEvicted(canonicalPath(session, path));
+    const strataDir = parentOf(session.evictionDir);
+    let hideStrataDir = false;
+    if (!listsEvicted && listing.entries.some((entry) => entry.path === `${strataDir}/`)) {
+      // `.strata/` holding nothing but evicted results is noise too.
+      const inside = await session.backend.ls(strataDir);
+      hideStrataDir = !inside.error && inside.entries.every((entry) => session.isEvicted(entry.path.replace(/(.)\/$/, "$1")));
+    }
+    const shown = (entry: { path: string }) => {
+      if (listsEvicted) return true;
+      const bare = entry.path.replace(/(.)\/$/, "$1");
+      return !session.isEvicted(bare) && !(hideStrataDir && bare === strataDir);
+    };
+    const entries = listing.entries.filter(shown);
+    if (entries.length === 0) {
+      // A missing directory lists as empty in the native API; the model should hear which it is.
+      const stat = await session.backend.stat(path);
+      if (stat.error) throw new ToolFailure(stat.error.code === "file_not_found" ? `Directory '${printable(path)}' does not exist` : stat.error.message);
+      if (!stat.is_dir) return ok(`${stat.path} (${stat.size ?? 0} bytes) is a file, not a directory`);
+      return ok(`'${printable(stat.path.replace(/(.)\/$/, "$1"))}' is empty.`);
+    }
+    return ok(entries.map((entry) => (entry.is_dir ? entry.path : `${entry.path} (${entry.size ?? 0} bytes)`)).join("\n"));
+  },
+});

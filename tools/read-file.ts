@@ -1,0 +1,131 @@
+import { z } from "zod";
+import { printable } from "../core/errors.js";
+import { encodeBase64, fileDataText } from "../core/filedata.js";
+import { DEFAULT_READ_LIMIT, forEachLine, renderLines } from "../core/format.js";
+import type { FileData, ReadContent } from "../core/types.js";
+import { defineTool, ok, orFail, type ImageBlock, type ToolOutput } from "./define.js";
+import { hashOf, type ToolSession } from "./session.js";
+
+/** Image types shown to the model as image blocks. */
+const IMAGE_TYPES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
+/** Larger images are described, not sent (model APIs refuse images over about 5 MB). */
+export const MAX_IMAGE_BYTES = 5 * 1024 * 1024;
+
+export const readFileSchema = z.object({
+  file_path: z.string().describe("Absolute path of the file to read, e.g. /src/app.ts"),
+  offset: z
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe("0-based line to start at (line number N is offset N-1). Default 0. Use the offset a previous answer gave to continue"),
+  limit: z.number().int().min(1).optional().describe(`How many lines to read. Default ${DEFAULT_READ_LIMIT}`),
+});
+
+export const readFile = defineTool({
+  name: "read_file",
+  description: [
+    "Reads a file from the workspace. Text comes back with line numbers (cat -n style: the number, a tab, the line);",
+    "the line numbers are not part of the file, so never copy them into edit_file's old_string.",
+    `Reads up to ${DEFAULT_READ_LIMIT} lines from the start by default; use offset and limit to page through long files.`,
+    "Every answer states the file's total line count and, when more remains, the offset to continue from.",
+    "Lines over 2000 characters are cut with a marker. PNG, JPEG, GIF and WebP images come back as images;",
+    "other binary files as a one-line description.",
+    "Read a file before editing or overwriting it: edit_file and write_file refuse a file you have not read,",
+    "or that changed since you read it.",
+  ].join(" "),
+  inputSchema: readFileSchema,
+  selfBudgeted: true,
+  async execute(session, input) {
+    const offset = input.offset ?? 0;
+    const limit = input.limit ?? DEFAULT_READ_LIMIT;
+    // The whole file first (for the guard's hash), then the window.
+    const before = await session.backend.readRaw(input.file_path);
+    const read = orFail(await session.backend.read(input.file_path, { offset, limit }));
+    if (read.encoding === "binary") return binaryAnswer(session, read.path, read.content, read.mimeType);
+    await recordRead(session, read, before.error ? null : before.data);
+    return ok(renderText(session, read.content, read.path, read.offset, read.lineCount, read.totalLines));
+  },
+});
+
+/** The numbered window with its footer, held to the budget by stopping at a line (never evicted: the file is already there). */
+function renderText(session: ToolSession, content: string, path: string, offset: number, lineCount: number, totalLines: number): string {
+  if (totalLines === 0) return `'${printable(path)}' exists but is empty (0 lines).`;
+  const lines = lineCount === 0 ? [] : content.split("\n");
+  // Leave room for the footer; a single line is always shown (renderLines cuts it to 2000 characters).
+  const room = session.maxOutputChars - 200;
+  let used = 0;
+  let shown = 0;
+  for (const line of lines) {
+    const cost = Math.min(line.length, 2_100) + 8;
+    if (shown > 0 && used + cost > room) break;
+    used += cost;
+    shown++;
+  }
+  const body = renderLines(lines.slice(0, shown), offset + 1);
+  const last = offset + shown;
+  let footer = `[Lines ${offset + 1}-${last} of ${totalLines}`;
+  if (last < totalLines) {
+    footer += shown < lines.length ? "; the output budget ended the answer here" : "";
+    footer += `. More remains: call read_file with offset=${last} to continue.]`;
+  } else {
+    footer += " (end of file).]";
+  }
+  return `${body}\n\n${footer}`;
+}
+
+/**
+ * Records the hash of the whole file for the stale-file guard. The whole
+ * file came from `readRaw` just before the window came from `read`; when the
+ * window is not what that text holds at its offset, a second `readRaw` tells
+ * a file that changed in between (nothing is recorded, so a later edit asks
+ * for a fresh read instead of trusting a mixed view) from one the backend
+ * merely splits differently (recorded: the file did not change).
+ */
+async function recordRead(session: ToolSession, read: Extract<ReadContent, { encoding: "utf-8" }>, whole: FileData | null): Promise<void> {
+  if (whole === null) {
+    session.forget(read.path);
+    return;
+  }
+  const text = fileDataText(whole);
+  if (text !== null && windowMatches(text, read.offset, read.lineCount, read.content, read.totalLines)) {
+    await session.remember(read.path, whole);
+    return;
+  }
+  const after = await session.backend.readRaw(read.path);
+  if (!after.error && (await hashOf(after.data)) === (await hashOf(whole))) await session.remember(read.path, whole);
+  else session.forget(read.path);
+}
+
+function windowMatches(text: string, offset: number, lineCount: number, content: string, totalLines: number): boolean {
+  const window: string[] = [];
+  const total = forEachLine(text, (line, index) => {
+    if (index >= offset && index < offset + lineCount) window.push(line);
+  });
+  return total === totalLines && (lineCount === 0 ? content === "" : window.join("\n") === content);
+}
+
+async function binaryAnswer(session: ToolSession, path: string, bytes: Uint8Array, mimeType: string): Promise<ToolOutput> {
+  await session.remember(path, bytes);
+  const type = sniffImage(bytes) ?? mimeType;
+  if (IMAGE_TYPES.has(type)) {
+    if (bytes.length > MAX_IMAGE_BYTES) {
+      return ok(`'${printable(path)}' is an image (${type}, ${bytes.length} bytes), too large to show (over ${MAX_IMAGE_BYTES} bytes).`);
+    }
+    const block: ImageBlock = { type: "image", mimeType: type, data: encodeBase64(bytes) };
+    return ok(`Image '${printable(path)}' (${type}, ${bytes.length} bytes).`, [block]);
+  }
+  return ok(`'${printable(path)}' is a binary file (${type}, ${bytes.length} bytes); it cannot be shown as text.`);
+}
+
+/** The image type from the file's first bytes, so a misnamed image is still shown. */
+function sniffImage(bytes: Uint8Array): string | null {
+  const at = (i: number) => bytes[i] ?? -1;
+  if (at(0) === 0x89 && at(1) === 0x50 && at(2) === 0x4e && at(3) === 0x47) return "image/png";
+  if (at(0) === 0xff && at(1) === 0xd8 && at(2) === 0xff) return "image/jpeg";
+  if (at(0) === 0x47 && at(1) === 0x49 && at(2) === 0x46 && at(3) === 0x38) return "image/gif";
+  if (at(0) === 0x52 && at(1) === 0x49 && at(2) === 0x46 && at(3) === 0x46 && at(8) === 0x57 && at(9) === 0x45 && at(10) === 0x42 && at(11) === 0x50) {
+    return "image/webp";
+  }
+  return null;
+}
