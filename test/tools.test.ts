@@ -387,7 +387,11 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(expectOk(await tools.glob!.call({ pattern: "glob-*.txt" }))).toMatch(/^No files match/);
       expect(expectOk(await tools.ls!.call({}))).toBe("/many/");
       expect(expectOk(await tools.ls!.call({ path: "/.strata" }))).not.toContain("evicted");
-      expect(expectOk(await tools.ls!.call({ path: "/.strata/evicted" }))).toMatch(/^\/\.strata\/evicted\/glob-1\.txt \(\d+ bytes\)$/);
+      // Asked for by name, they are listed, beside the .gitignore that keeps them out of commits.
+      expect(expectOk(await tools.ls!.call({ path: "/.strata/evicted" }))).toMatch(/^\/\.strata\/evicted\/\.gitignore \(\d+ bytes\)\n\/\.strata\/evicted\/glob-1\.txt \(\d+ bytes\)$/);
+      expect(await text(backend, "/.strata/evicted/.gitignore")).toMatch(/^\*$/m);
+      expect(expectOk(await tools.glob!.call({ pattern: ".strata/evicted/*.txt" }))).toBe("/.strata/evicted/glob-1.txt");
+      expect(expectOk(await tools.grep!.call({ pattern: "file-042", glob: ".strata/evicted/**" }))).toBe("/.strata/evicted/glob-1.txt");
       // read_file keeps to the budget by stopping at a line and naming the offset to continue from.
       await backend.write("/big.txt", Array.from({ length: 500 }, (_, i) => `row ${i}`).join("\n"));
       const read = expectOk(await tools.read_file!.call({ file_path: "/big.txt" }));
@@ -395,7 +399,7 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(read).toMatch(/\[Lines 1-(\d+) of 500; the output budget ended the answer here\. More remains: call read_file with offset=\1 to continue\.\]$/);
     });
 
-    it("cuts without evicting when the workspace refuses the write", async () => {
+    it("keeps the full result in the session's memory when the workspace refuses the write", async () => {
       const backend = create();
       const readOnly = new Proxy(backend, {
         get(target, key, receiver) {
@@ -407,9 +411,15 @@ for (const [kind, create] of Object.entries(kinds)) {
       const tools = toolsFor(readOnly, { maxOutputChars: 500 });
       for (let i = 0; i < 60; i++) await backend.write(`/f${String(i).padStart(2, "0")}.txt`, "x");
       const out = expectOk(await tools.glob!.call({ pattern: "*.txt" }));
-      expect(out).toMatch(/\[… output truncated: \d+ of \d+ characters omitted \(over the 500-character output budget\)/);
-      expect(out).not.toContain(".strata");
+      expect(out).toMatch(/\[… output truncated: \d+ of \d+ characters omitted\. The workspace could not store it, so this session keeps the full output in memory as '\/\.strata\/evicted\/glob-1\.txt'/);
       expect((await backend.ls("/.strata")).entries ?? []).toEqual([]);
+      // read_file pages it by that path, as if it were a file.
+      const page = expectOk(await tools.read_file!.call({ file_path: "/.strata/evicted/glob-1.txt", offset: 58, limit: 5 }));
+      expect(page).toBe("    59\t/f58.txt\n    60\t/f59.txt\n\n[Lines 59-60 of 60 (end of file). This result is kept in this session's memory, not in the workspace.]");
+      expectError(await tools.read_file!.call({ file_path: "/.strata/evicted/glob-1.txt", offset: 60 }), /Line offset 60 exceeds the length/);
+      // evict: false only cuts.
+      const cutOnly = toolsFor(readOnly, { maxOutputChars: 500, evict: false });
+      expect(expectOk(await cutOnly.glob!.call({ pattern: "*.txt" }))).toMatch(/characters omitted \(over the 500-character output budget\); narrow the request/);
     });
   });
 }

@@ -6,6 +6,7 @@
  * these definitions for each framework.
  */
 import { z } from "zod";
+import { isStrataError } from "../core/errors.js";
 import type { Backend } from "../core/protocol.js";
 import type { Result } from "../core/types.js";
 import type { ToolSession } from "./session.js";
@@ -18,11 +19,28 @@ export interface ImageBlock {
   data: string;
 }
 
+/**
+ * A document a framework can hand the model as a file (read_file of a PDF):
+ * Anthropic's document block, OpenAI's file input, the AI SDK's file part.
+ */
+export interface FileBlock {
+  type: "file";
+  /** application/pdf (the one type models read as a document today). */
+  mimeType: string;
+  /** Base64, no data: prefix. */
+  data: string;
+  /** The file's base name, for frameworks that want one (OpenAI's filename). */
+  name: string;
+}
+
+/** A content block beside a tool's text. Adapters switch on `type`; more kinds may be added. */
+export type ContentBlock = ImageBlock | FileBlock;
+
 /** What every tool answers: text for the model, whether it is an error, and content blocks where there are any. */
 export interface ToolOutput {
   text: string;
   isError: boolean;
-  blocks?: ImageBlock[];
+  blocks?: ContentBlock[];
 }
 
 export interface ToolDefinition<S extends z.ZodObject = z.ZodObject> {
@@ -38,13 +56,15 @@ export interface ToolDefinition<S extends z.ZodObject = z.ZodObject> {
    * Runs the tool. The input is validated here (a model's arguments are
    * untrusted JSON); this never throws: every failure is `{ isError: true }`
    * with one line the model can act on. The text is held to the session's
-   * output budget.
+   * output budget. A call on an ended session (or one whose sandbox was
+   * closed) answers an error saying so; `session.end()` waits for the calls
+   * in flight.
    */
   run(session: ToolSession, input: z.input<S>): Promise<ToolOutput>;
 }
 
 /** A successful answer. */
-export function ok(text: string, blocks?: ImageBlock[]): ToolOutput {
+export function ok(text: string, blocks?: ContentBlock[]): ToolOutput {
   return blocks && blocks.length > 0 ? { text, isError: false, blocks } : { text, isError: false };
 }
 
@@ -85,18 +105,26 @@ export function defineTool<S extends z.ZodObject>(spec: ToolSpec<S>): ToolDefini
       return structuredClone(schema);
     },
     async run(session, input) {
-      const parsed = spec.inputSchema.safeParse(withoutNulls(input));
-      if (!parsed.success) return fail(`Invalid arguments for ${spec.name}: ${describeIssues(parsed.error)}`);
-      let output: ToolOutput;
-      try {
-        output = await spec.execute(session, parsed.data);
-      } catch (error) {
-        if (error instanceof ToolFailure) return fail(error.message);
-        return fail(`${spec.name} failed unexpectedly: ${error instanceof Error ? error.message : String(error)}`);
-      }
-      return spec.selfBudgeted ? output : session.budget(spec.name, output);
+      // Refused before anything runs: the session ended, or its sandbox was closed under it.
+      const unusable = session.unusableReason();
+      if (unusable) return fail(unusable);
+      return session.track(() => runChecked(session, input));
     },
   };
+
+  async function runChecked(session: ToolSession, input: z.input<S>): Promise<ToolOutput> {
+    const parsed = spec.inputSchema.safeParse(withoutNulls(input));
+    if (!parsed.success) return fail(`Invalid arguments for ${spec.name}: ${describeIssues(parsed.error)}`);
+    let output: ToolOutput;
+    try {
+      output = await spec.execute(session, parsed.data);
+    } catch (error) {
+      // ToolFailure and StrataError messages are written for the reader (and name no host path).
+      if (error instanceof ToolFailure || isStrataError(error)) return fail(error.message);
+      return fail(`${spec.name} failed unexpectedly: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    return spec.selfBudgeted ? output : session.budget(spec.name, output);
+  }
 }
 
 /** Models (and OpenAI's strict mode) send null for an omitted optional parameter: it means absent. */

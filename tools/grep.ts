@@ -30,7 +30,8 @@ export const grep = defineTool({
     "output_mode: files_with_matches (default) lists the files that match; content shows matching lines as",
     "path:line:text (context lines as path-line-text, groups separated by --); count gives matching lines per file.",
     "Narrow with path and glob; page with head_limit and offset. node_modules/ and .git/ are skipped unless",
-    "include_ignored is set; binary files are never searched.",
+    "include_ignored is set, and saved over-budget tool results (.strata/evicted/) unless path or glob names that",
+    "directory; binary files are never searched.",
   ].join(" "),
   inputSchema: grepSchema,
   async execute(session, input) {
@@ -49,7 +50,7 @@ export const grep = defineTool({
         includeIgnored: input.include_ignored ?? false,
       }),
     );
-    const listsEvicted = session.isEvicted(canonicalPath(session, path));
+    const listsEvicted = session.asksForEvicted(canonicalPath(session, path), input.glob);
     const keep = (p: string) => listsEvicted || !session.isEvicted(p);
     return ok(render(answer, keep, input.pattern, path));
   },

@@ -2,14 +2,21 @@ import { z } from "zod";
 import { printable } from "../core/errors.js";
 import { encodeBase64, fileDataText } from "../core/filedata.js";
 import { DEFAULT_READ_LIMIT, forEachLine, renderLines } from "../core/format.js";
+import { baseName } from "../core/paths.js";
 import type { FileData, ReadContent } from "../core/types.js";
-import { defineTool, ok, orFail, type ImageBlock, type ToolOutput } from "./define.js";
+import { ToolFailure, defineTool, ok, orFail, type FileBlock, type ImageBlock, type ToolOutput } from "./define.js";
+import { canonicalPath } from "./paths.js";
 import { hashOf, type ToolSession } from "./session.js";
 
 /** Image types shown to the model as image blocks. */
 const IMAGE_TYPES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
-/** Larger images are described, not sent (model APIs refuse images over about 5 MB). */
-export const MAX_IMAGE_BYTES = 5 * 1024 * 1024;
+/**
+ * Larger images are described, not sent: model APIs refuse an image over
+ * about 5 MB once base64-encoded, which is 3.75 MB of image.
+ */
+export const MAX_IMAGE_BYTES = (5 * 1024 * 1024 * 3) / 4;
+/** Larger PDFs are described, not sent (a request carrying one would be refused by most model APIs). */
+export const MAX_PDF_BYTES = 20 * 1024 * 1024;
 
 export const readFileSchema = z.object({
   file_path: z.string().describe("Absolute path of the file to read, e.g. /src/app.ts"),
@@ -29,8 +36,9 @@ export const readFile = defineTool({
     "the line numbers are not part of the file, so never copy them into edit_file's old_string.",
     `Reads up to ${DEFAULT_READ_LIMIT} lines from the start by default; use offset and limit to page through long files.`,
     "Every answer states the file's total line count and, when more remains, the offset to continue from.",
-    "Lines over 2000 characters are cut with a marker. PNG, JPEG, GIF and WebP images come back as images;",
-    "other binary files as a one-line description.",
+    "Lines over 2000 characters are cut with a marker. PNG, JPEG, GIF and WebP images come back as images and",
+    "PDFs as documents (where the client supports them); other binary files as a one-line description.",
+    "It also reads the over-budget results other tools saved under .strata/evicted/, by the path their answer named.",
     "Read a file before editing or overwriting it: edit_file and write_file refuse a file you have not read,",
     "or that changed since you read it.",
   ].join(" "),
@@ -39,6 +47,8 @@ export const readFile = defineTool({
   async execute(session, input) {
     const offset = input.offset ?? 0;
     const limit = input.limit ?? DEFAULT_READ_LIMIT;
+    const held = session.heldResult(canonicalPath(session, input.file_path));
+    if (held !== undefined) return ok(readHeld(session, held, canonicalPath(session, input.file_path), offset, limit));
     // The whole file first (for the guard's hash), then the window.
     const before = await session.backend.readRaw(input.file_path);
     const read = orFail(await session.backend.read(input.file_path, { offset, limit }));
@@ -107,20 +117,39 @@ function windowMatches(text: string, offset: number, lineCount: number, content:
 
 async function binaryAnswer(session: ToolSession, path: string, bytes: Uint8Array, mimeType: string): Promise<ToolOutput> {
   await session.remember(path, bytes);
-  const type = sniffImage(bytes) ?? mimeType;
+  const type = sniffType(bytes) ?? mimeType;
+  const size = `${bytes.length} bytes`;
   if (IMAGE_TYPES.has(type)) {
     if (bytes.length > MAX_IMAGE_BYTES) {
-      return ok(`'${printable(path)}' is an image (${type}, ${bytes.length} bytes), too large to show (over ${MAX_IMAGE_BYTES} bytes).`);
+      return ok(`'${printable(path)}' is an image (${type}, ${size}), too large to show (over ${MAX_IMAGE_BYTES} bytes).`);
     }
     const block: ImageBlock = { type: "image", mimeType: type, data: encodeBase64(bytes) };
-    return ok(`Image '${printable(path)}' (${type}, ${bytes.length} bytes).`, [block]);
+    return ok(`Image '${printable(path)}' (${type}, ${size}).`, [block]);
   }
-  return ok(`'${printable(path)}' is a binary file (${type}, ${bytes.length} bytes); it cannot be shown as text.`);
+  if (type === "application/pdf") {
+    if (bytes.length > MAX_PDF_BYTES) {
+      return ok(`'${printable(path)}' is a PDF (${size}), too large to show (over ${MAX_PDF_BYTES} bytes); extract its text with a command if the workspace can run one.`);
+    }
+    const block: FileBlock = { type: "file", mimeType: type, data: encodeBase64(bytes), name: baseName(path) };
+    return ok(`PDF document '${printable(path)}' (${size}), attached as a document.`, [block]);
+  }
+  return ok(`'${printable(path)}' is a binary file (${type}, ${size}); it cannot be shown as text.`);
 }
 
-/** The image type from the file's first bytes, so a misnamed image is still shown. */
-function sniffImage(bytes: Uint8Array): string | null {
+/** An evicted result this session keeps in memory, paged like a file (it never changes, so nothing is recorded for the guard). */
+function readHeld(session: ToolSession, text: string, path: string, offset: number, limit: number): string {
+  const window: string[] = [];
+  const total = forEachLine(text, (line, index) => {
+    if (index >= offset && index < offset + limit) window.push(line);
+  });
+  if (offset > 0 && offset >= total) throw new ToolFailure(`Line offset ${offset} exceeds the length of '${printable(path)}' (${total} lines)`);
+  return renderText(session, window.join("\n"), path, offset, window.length, total).replace(/\.\]$/, ". This result is kept in this session's memory, not in the workspace.]");
+}
+
+/** The image or PDF type from the file's first bytes, so a misnamed file is still shown. */
+function sniffType(bytes: Uint8Array): string | null {
   const at = (i: number) => bytes[i] ?? -1;
+  if (at(0) === 0x25 && at(1) === 0x50 && at(2) === 0x44 && at(3) === 0x46 && at(4) === 0x2d) return "application/pdf";
   if (at(0) === 0x89 && at(1) === 0x50 && at(2) === 0x4e && at(3) === 0x47) return "image/png";
   if (at(0) === 0xff && at(1) === 0xd8 && at(2) === 0xff) return "image/jpeg";
   if (at(0) === 0x47 && at(1) === 0x49 && at(2) === 0x46 && at(3) === 0x38) return "image/gif";
