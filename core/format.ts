@@ -50,7 +50,9 @@ export function renderLines(lines: readonly string[], firstLineNumber: number): 
   for (let i = 0; i < lines.length; i++) {
     let line = lines[i]!;
     if (line.length > MAX_LINE_LENGTH) {
-      line = `${line.slice(0, MAX_LINE_LENGTH)}… [line truncated: ${line.length} characters]`;
+      // Never cut between the halves of a surrogate pair: a lone half is not text a model API accepts.
+      const keep = /[\ud800-\udbff]/.test(line.charAt(MAX_LINE_LENGTH - 1)) ? MAX_LINE_LENGTH - 1 : MAX_LINE_LENGTH;
+      line = `${line.slice(0, keep)}… [line truncated: ${line.length} characters]`;
     }
     out += `${String(firstLineNumber + i).padStart(6, " ")}\t${line}${i + 1 < lines.length ? "\n" : ""}`;
   }

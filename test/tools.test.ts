@@ -8,7 +8,7 @@ import { StateBackend } from "../backends/state.js";
 import type { Backend } from "../core/protocol.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { LocalSandbox } from "../sandboxes/local.js";
-import { createTools, toolDefinitions, ToolSession, type BoundTool, type ToolOutput } from "../tools/index.js";
+import { createTools, MAX_PDF_BYTES, toolDefinitions, ToolSession, type BoundTool, type ToolOutput } from "../tools/index.js";
 
 type Tools = Record<string, BoundTool>;
 
@@ -129,6 +129,56 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(image.text).toContain("image/png");
       const blob = await tools.read_file!.call({ file_path: "/blob.bin" });
       expect(blob).toEqual({ text: "'/blob.bin' is a binary file (application/octet-stream, 4 bytes); it cannot be shown as text.", isError: false });
+    });
+
+    it("read_file answers a PDF as a file block, a large one and a non-UTF-8 text as one line", async () => {
+      const backend = create();
+      const tools = toolsFor(backend);
+      const pdf = new TextEncoder().encode("%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n");
+      await backend.uploadFiles([
+        ["/docs/report.pdf", pdf],
+        // A misnamed PDF is still recognised by its first bytes.
+        ["/docs/report.dat", pdf],
+        ["/latin1.txt", Uint8Array.from([0x63, 0x61, 0x66, 0xe9, 0x0a])],
+      ]);
+      for (const path of ["/docs/report.pdf", "/docs/report.dat"]) {
+        const read = await tools.read_file!.call({ file_path: path });
+        expect(read.text).toBe(`PDF document '${path}' (${pdf.length} bytes), attached as a document.`);
+        expect(read.blocks).toEqual([{ type: "file", mimeType: "application/pdf", data: Buffer.from(pdf).toString("base64"), name: path.slice(6) }]);
+      }
+      const big = new Uint8Array(MAX_PDF_BYTES + 1);
+      big.set(pdf);
+      await backend.uploadFiles([["/big.pdf", big]]);
+      const refused = await tools.read_file!.call({ file_path: "/big.pdf" });
+      expect(refused.blocks).toBeUndefined();
+      expect(refused.text).toMatch(/^'\/big\.pdf' is a PDF \(\d+ bytes\), too large to show \(over 20971520 bytes\)/);
+      expect(expectOk(await tools.read_file!.call({ file_path: "/latin1.txt" }))).toBe(
+        "'/latin1.txt' is not valid UTF-8 text (5 bytes; perhaps another encoding such as Latin-1); read_file shows UTF-8 text only, and edit_file cannot change it.",
+      );
+    });
+
+    it("long lines are cut without splitting a character, in read_file and grep", async () => {
+      const backend = create();
+      const tools = toolsFor(backend);
+      const line = `${"a".repeat(1_999)}😀${"b".repeat(50_000)}`;
+      await backend.write("/long.txt", `${line}\nshort\n`);
+      const loneHalf = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+      const read = expectOk(await tools.read_file!.call({ file_path: "/long.txt" }));
+      expect(read).not.toMatch(loneHalf);
+      expect(read).toContain(`${"a".repeat(1_999)}… [line truncated: ${line.length} characters]`);
+      const found = expectOk(await tools.grep!.call({ pattern: "bbb", output_mode: "content" }));
+      expect(found).toBe(`/long.txt:1:${"a".repeat(1_999)}… [line truncated: ${line.length} characters]`);
+    });
+
+    it("grep refuses a regex that nests repetitions before it runs, and allows unambiguous ones", async () => {
+      const backend = create();
+      const tools = toolsFor(backend);
+      await backend.write("/redos.txt", `${"a".repeat(5_000)}!\nwww.example.com\n`);
+      const started = Date.now();
+      expectError(await tools.grep!.call({ pattern: "(a+)+$", regex: true, output_mode: "content" }), /repeats a group that itself repeats \(like \(a\+\)\+\)/);
+      expectError(await tools.grep!.call({ pattern: "(\\w*\\s?)*x", regex: true }), /exponential time/);
+      expect(Date.now() - started).toBeLessThan(1_000);
+      expect(expectOk(await tools.grep!.call({ pattern: "^(\\w+\\.)+com$", regex: true, output_mode: "content" }))).toBe("/redos.txt:2:www.example.com");
     });
 
     it("write_file creates, and replaces only a file read in this session and unchanged since", async () => {

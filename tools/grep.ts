@@ -1,7 +1,8 @@
 import { z } from "zod";
 import { printable } from "../core/errors.js";
+import { MAX_LINE_LENGTH } from "../core/format.js";
 import { search, type SearchAnswer, type SearchLine } from "../core/search.js";
-import { defineTool, ok, orFail } from "./define.js";
+import { ToolFailure, defineTool, ok, orFail } from "./define.js";
 import { canonicalPath } from "./paths.js";
 
 /** Output units (lines, files or count rows) a grep answers when head_limit is not given. */
@@ -36,6 +37,11 @@ export const grep = defineTool({
   inputSchema: grepSchema,
   async execute(session, input) {
     const path = input.path ?? session.root;
+    if (input.regex && nestsQuantifiers(input.pattern, input.case_insensitive ?? false)) {
+      throw new ToolFailure(
+        `Regex '${printable(input.pattern)}' repeats a group that itself repeats (like (a+)+), which can take exponential time on some lines; rewrite it without the nested repetition`,
+      );
+    }
     const answer = orFail(
       await search(session.backend, {
         pattern: input.pattern,
@@ -84,8 +90,106 @@ function renderContent(lines: readonly SearchLine[]): string {
   const hasContext = lines.some((line) => !line.match);
   for (const line of lines) {
     if (hasContext && previous && (previous.path !== line.path || line.line !== previous.line + 1)) out.push("--");
-    out.push(`${line.path}${line.match ? ":" : "-"}${line.line}${line.match ? ":" : "-"}${line.text}`);
+    out.push(`${line.path}${line.match ? ":" : "-"}${line.line}${line.match ? ":" : "-"}${cutLine(line.text)}`);
     previous = line;
   }
   return out.join("\n");
+}
+
+/** A long line (minified code, a data blob) cut as read_file cuts it, never between the halves of a surrogate pair. */
+function cutLine(text: string): string {
+  if (text.length <= MAX_LINE_LENGTH) return text;
+  const keep = /[\ud800-\udbff]/.test(text.charAt(MAX_LINE_LENGTH - 1)) ? MAX_LINE_LENGTH - 1 : MAX_LINE_LENGTH;
+  return `${text.slice(0, keep)}… [line truncated: ${text.length} characters]`;
+}
+
+/**
+ * Whether a regex repeats a group that can end in an unbounded repetition
+ * ((a+)+, (\w*\s?)*, ((x|y+))+, (a+.)+): the commonest pattern on which
+ * JavaScript's backtracking engine takes exponential time, since the inner
+ * and outer repetitions can split the same run of characters in
+ * exponentially many ways. A model's pattern runs in this process, so such a
+ * pattern is refused before it runs. An inner repetition followed by a
+ * literal character it cannot match ((\w+\.)+, (x+y)+) is unambiguous and
+ * allowed. A guard against the common case, not a proof: other slow
+ * patterns exist.
+ */
+export function nestsQuantifiers(source: string, ignoreCase = false): boolean {
+  interface Group {
+    /** The current branch can end inside an unbounded repetition (only optional atoms after it). */
+    tail: boolean;
+    /** Some earlier branch can. */
+    branches: boolean;
+    /** The source of the last repeated atom of this branch, while it is the tail. */
+    repeated: string | undefined;
+  }
+  const groups: Group[] = [{ tail: false, branches: false, repeated: undefined }];
+  /** The atom just read, not yet known to be repeated. */
+  let pending: { source: string; groupTail: boolean; literal: string | undefined } | null = null;
+  const top = () => groups[groups.length - 1]!;
+  const matches = (atom: string, char: string) => {
+    try {
+      return new RegExp(`^(?:${atom})$`, ignoreCase ? "iu" : "u").test(char) || new RegExp(`^(?:${atom})$`, ignoreCase ? "i" : "").test(char);
+    } catch {
+      return true;
+    }
+  };
+  const commit = () => {
+    if (!pending) return;
+    const group = top();
+    if (pending.groupTail) {
+      group.tail = true;
+      group.repeated = undefined;
+    } else if (group.tail && !(pending.literal !== undefined && group.repeated !== undefined && !matches(group.repeated, pending.literal))) {
+      // Still ambiguous: what follows could be eaten by the repetition before it.
+    } else {
+      group.tail = false;
+      group.repeated = undefined;
+    }
+    pending = null;
+  };
+  for (let i = 0; i < source.length; i++) {
+    const c = source[i]!;
+    const rest = source.slice(i);
+    const unbounded = c === "*" || c === "+" || (c === "{" && /^\{\d*,\d*\}/.test(rest) && !/^\{\d*,[01]\}/.test(rest));
+    const optional = c === "?" || (c === "{" && /^\{\d*(,[01])?\}/.test(rest));
+    if (unbounded || optional) {
+      if (c === "{") i = source.indexOf("}", i);
+      if (!pending) continue; // a lazy suffix, not a new repetition
+      const atom: { source: string; groupTail: boolean } = pending;
+      pending = null;
+      if (unbounded) {
+        if (atom.groupTail) return true;
+        top().tail = true;
+        top().repeated = atom.source;
+      }
+      continue;
+    }
+    commit();
+    if (c === "\\") {
+      const escaped = source[i + 1] ?? "";
+      i++;
+      pending = { source: `\\${escaped}`, groupTail: false, literal: /[^A-Za-z0-9]/.test(escaped) ? escaped : undefined };
+    } else if (c === "[") {
+      const start = i;
+      for (i++; i < source.length && source[i] !== "]"; i++) if (source[i] === "\\") i++;
+      pending = { source: source.slice(start, i + 1), groupTail: false, literal: undefined };
+    } else if (c === "(") {
+      // (?:, (?=, (?<name> …: the prefix is not an atom.
+      if (source[i + 1] === "?") i += source[i + 2] === "<" && source[i + 3] !== "=" && source[i + 3] !== "!" ? source.indexOf(">", i) - i : 2;
+      groups.push({ tail: false, branches: false, repeated: undefined });
+    } else if (c === ")") {
+      const group = groups.length > 1 ? groups.pop()! : top();
+      pending = { source: "(?:group)", groupTail: group.tail || group.branches, literal: undefined };
+    } else if (c === "|") {
+      top().branches ||= top().tail;
+      top().tail = false;
+      top().repeated = undefined;
+    } else if (c === "^" || c === "$") {
+      // Anchors match no characters: they change nothing.
+    } else {
+      pending = { source: c === "." ? "." : c.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), groupTail: false, literal: c === "." ? undefined : c };
+    }
+  }
+  return false;
 }

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { printable } from "../core/errors.js";
-import { encodeBase64, fileDataText } from "../core/filedata.js";
+import { encodeBase64, fileDataBytes, fileDataText } from "../core/filedata.js";
 import { DEFAULT_READ_LIMIT, forEachLine, renderLines } from "../core/format.js";
 import { baseName } from "../core/paths.js";
 import type { FileData, ReadContent } from "../core/types.js";
@@ -53,6 +53,11 @@ export const readFile = defineTool({
     const before = await session.backend.readRaw(input.file_path);
     const read = orFail(await session.backend.read(input.file_path, { offset, limit }));
     if (read.encoding === "binary") return binaryAnswer(session, read.path, read.content, read.mimeType);
+    // A PDF can be all ASCII, so the backend may have read it as text: it is still a document.
+    if (!before.error && read.content.startsWith("%PDF-") && read.offset === 0) {
+      const bytes = fileDataBytes(before.data);
+      if (sniffType(bytes) === "application/pdf") return binaryAnswer(session, read.path, bytes, "application/pdf");
+    }
     await recordRead(session, read, before.error ? null : before.data);
     return ok(renderText(session, read.content, read.path, read.offset, read.lineCount, read.totalLines));
   },
@@ -133,7 +138,24 @@ async function binaryAnswer(session: ToolSession, path: string, bytes: Uint8Arra
     const block: FileBlock = { type: "file", mimeType: type, data: encodeBase64(bytes), name: baseName(path) };
     return ok(`PDF document '${printable(path)}' (${size}), attached as a document.`, [block]);
   }
+  if (looksLikeText(bytes)) {
+    return ok(
+      `'${printable(path)}' is not valid UTF-8 text (${size}; perhaps another encoding such as Latin-1); read_file shows UTF-8 text only, and edit_file cannot change it.`,
+    );
+  }
   return ok(`'${printable(path)}' is a binary file (${type}, ${size}); it cannot be shown as text.`);
+}
+
+/** No NUL and few control bytes in the first 8 KB: text in an encoding other than UTF-8, not binary data. */
+function looksLikeText(bytes: Uint8Array): boolean {
+  const head = bytes.subarray(0, 8192);
+  if (head.length === 0) return false;
+  let control = 0;
+  for (const byte of head) {
+    if (byte === 0) return false;
+    if (byte < 0x20 && byte !== 0x09 && byte !== 0x0a && byte !== 0x0d && byte !== 0x0c) control++;
+  }
+  return control / head.length < 0.05;
 }
 
 /** An evicted result this session keeps in memory, paged like a file (it never changes, so nothing is recorded for the guard). */
