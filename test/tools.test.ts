@@ -363,6 +363,9 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(expectOk(await tools.read_file!.call({ file_path: "/n.txt", offset: null, limit: null }))).toContain("[Lines 1-2 of 2 (end of file).]");
       expectOk(await tools.edit_file!.call({ file_path: "/n.txt", old_string: "a", new_string: "A", replace_all: null, edits: null, dry_run: null }));
       expect(await text(backend, "/n.txt")).toBe("A\nb\n");
+      // Nested too: OpenAI's strict mode sends every optional field of an edit as null.
+      expectOk(await tools.edit_file!.call({ file_path: "/n.txt", old_string: null, new_string: null, edits: [{ old_string: "b", new_string: "B", replace_all: null }], dry_run: null }));
+      expect(await text(backend, "/n.txt")).toBe("A\nB\n");
     });
 
     it("a single edit never overwrites a change made meanwhile by someone else", async () => {
@@ -486,6 +489,22 @@ describe("ToolSession.budget", () => {
     expect(out).toMatch(/\nline 299$/);
     expect(out.split("\n").every((line) => /^line \d+$/.test(line) || line.startsWith("[… output truncated"))).toBe(true);
     expect(await session.budget("x", { text: "short", isError: false })).toEqual({ text: "short", isError: false });
+  });
+});
+
+describe("eviction names", () => {
+  it("stay distinct for concurrent calls across sessions, and continue past an earlier process's results", async () => {
+    const backend = new StateBackend();
+    // An earlier process left 30 results (its counter is gone with it).
+    for (let i = 1; i <= 30; i++) await backend.write(`/.strata/evicted/glob-${i}.txt`, `old ${i}`);
+    for (let i = 0; i < 80; i++) await backend.write(`/f${String(i).padStart(2, "0")}.txt`, "x");
+    const sessions = [new ToolSession(backend, { maxOutputChars: 300 }), new ToolSession(backend, { maxOutputChars: 300 })];
+    const outputs = await Promise.all(Array.from({ length: 10 }, (_, i) => createTools(backend, { session: sessions[i % 2]! })[4]!.call({ pattern: "*.txt" })));
+    const paths = outputs.map((output) => /The full output is in '([^']+)'/.exec(output.text)?.[1]);
+    expect(new Set(paths).size).toBe(10);
+    for (const path of paths) expect(path).toMatch(/^\/\.strata\/evicted\/glob-(3[1-9]|40)\.txt$/);
+    // Nothing earlier was replaced.
+    expect(await text(backend, "/.strata/evicted/glob-30.txt")).toBe("old 30");
   });
 });
 

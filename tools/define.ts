@@ -127,10 +127,18 @@ export function defineTool<S extends z.ZodObject>(spec: ToolSpec<S>): ToolDefini
   }
 }
 
-/** Models (and OpenAI's strict mode) send null for an omitted optional parameter: it means absent. */
+/**
+ * Models (and OpenAI's strict mode) send null for an omitted optional
+ * parameter, at any depth (edit_file's edits[].replace_all): it means absent.
+ */
 function withoutNulls(input: unknown): unknown {
-  if (typeof input !== "object" || input === null || Array.isArray(input)) return input;
-  return Object.fromEntries(Object.entries(input).filter(([, value]) => value !== null));
+  if (Array.isArray(input)) return input.map((item) => (typeof item === "object" && item !== null ? withoutNulls(item) : item));
+  if (typeof input !== "object" || input === null) return input;
+  return Object.fromEntries(
+    Object.entries(input)
+      .filter(([, value]) => value !== null)
+      .map(([key, value]) => [key, typeof value === "object" ? withoutNulls(value) : value]),
+  );
 }
 
 function describeIssues(error: z.ZodError): string {
