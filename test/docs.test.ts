@@ -56,6 +56,7 @@ beforeAll(async () => {
           "strata-workspace": entry("index.ts"),
           "strata-workspace/core": entry("core/index.ts"),
           "strata-workspace/runtime": entry("runtime/index.ts"),
+          "strata-workspace/tools": entry("tools/index.ts"),
           "strata-workspace/conformance": entry("conformance/index.ts"),
           "strata-workspace/*": [join(repo, "*.ts")],
         },
