@@ -3,6 +3,7 @@
  * LocalSandbox, the stale-file guard, multi-edit all-or-none, dry runs and
  * diffs, read_file paging, images, and output budgets with eviction.
  */
+import { tmpdir } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { StateBackend } from "../backends/state.js";
 import type { Backend } from "../core/protocol.js";
@@ -179,6 +180,48 @@ for (const [kind, create] of Object.entries(kinds)) {
       expectError(await tools.grep!.call({ pattern: "(\\w*\\s?)*x", regex: true }), /exponential time/);
       expect(Date.now() - started).toBeLessThan(1_000);
       expect(expectOk(await tools.grep!.call({ pattern: "^(\\w+\\.)+com$", regex: true, output_mode: "content" }))).toBe("/redos.txt:2:www.example.com");
+    });
+
+    it("hostile paths answer one line naming no host path, and never throw", async () => {
+      const backend = create();
+      const tools = toolsFor(backend);
+      const hostile = ["../../etc/passwd", "/../x", "", "/a\u0000b", "~/x", "C:\\Windows", `/${"a".repeat(5_000)}`, "/dir/../../up"];
+      for (const path of hostile) {
+        for (const output of [
+          await tools.read_file!.call({ file_path: path }),
+          await tools.write_file!.call({ file_path: path, content: "x" }),
+          await tools.edit_file!.call({ file_path: path, old_string: "a", new_string: "b" }),
+          await tools.ls!.call({ path }),
+          await tools.glob!.call({ pattern: "*", path }),
+          await tools.grep!.call({ pattern: "x", path }),
+        ]) {
+          expect(output.isError, `${JSON.stringify(path).slice(0, 40)}: ${output.text}`).toBe(true);
+          expect(output.text).not.toContain("\n");
+          expect(output.text).not.toContain(tmpdir());
+          expect(output.text.length).toBeLessThan(600);
+        }
+      }
+    });
+
+    it("parallel writes and edits of one path in one session apply one at a time, each on the last", async () => {
+      const backend = create();
+      const tools = toolsFor(backend);
+      expectOk(await tools.write_file!.call({ file_path: "/p.txt", content: "0\n" }));
+      const calls = await Promise.all(
+        Array.from({ length: 10 }, (_, i) =>
+          i % 2 === 0
+            ? tools.edit_file!.call({ file_path: "/p.txt", old_string: "\n", new_string: `\n${i}\n`, replace_all: false })
+            : tools.write_file!.call({ file_path: "/p.txt", content: `w${i}\n` }),
+        ),
+      );
+      // Every call saw the file as the one before it left it (in call order): none was refused as stale.
+      for (const [i, call] of calls.entries()) {
+        if (i % 2 === 1) expectOk(call);
+        else if (call.isError) expect(call.text).toMatch(/appears 2 times/);
+        expect(call.text).not.toMatch(/changed since/);
+      }
+      expect(calls[0]!.isError).toBe(false);
+      expect(await text(backend, "/p.txt")).toBe("w9\n");
     });
 
     it("write_file creates, and replaces only a file read in this session and unchanged since", async () => {
