@@ -535,6 +535,39 @@ describe("ToolSession.budget", () => {
   });
 });
 
+describe("a backend that throws", () => {
+  it("answers an error naming no host path; the tools never throw", async () => {
+    const backend = new StateBackend();
+    await backend.write("/a.txt", "a\n");
+    const throwing = new Proxy(backend, {
+      get(target, key, receiver) {
+        if (key === "readRaw" || key === "write" || key === "ls") {
+          return async () => {
+            throw new Error("EIO: /home/secret/workspace/a.txt");
+          };
+        }
+        const value = Reflect.get(target, key, receiver);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    const tools = toolsFor(throwing, { maxOutputChars: 300 });
+    for (const output of [
+      await tools.read_file!.call({ file_path: "/a.txt" }),
+      await tools.write_file!.call({ file_path: "/b.txt", content: "b" }),
+      await tools.ls!.call({}),
+    ]) {
+      expect(output.isError).toBe(true);
+      expect(output.text).toMatch(/failed unexpectedly \(Error in the workspace backend\)/);
+      expect(output.text).not.toContain("/home/secret");
+    }
+    // Eviction's write throwing mid-budget is an answer too (kept in memory).
+    await backend.write("/big.txt", "x\n".repeat(500));
+    const found = await tools.grep!.call({ pattern: "x", output_mode: "content" });
+    expect(found.isError).toBe(false);
+    expect(found.text).toContain("keeps the full output in memory");
+  });
+});
+
 describe("eviction names", () => {
   it("stay distinct for concurrent calls across sessions, and continue past an earlier process's results", async () => {
     const backend = new StateBackend();

@@ -115,15 +115,18 @@ export function defineTool<S extends z.ZodObject>(spec: ToolSpec<S>): ToolDefini
   async function runChecked(session: ToolSession, input: z.input<S>): Promise<ToolOutput> {
     const parsed = spec.inputSchema.safeParse(withoutNulls(input));
     if (!parsed.success) return fail(`Invalid arguments for ${spec.name}: ${describeIssues(parsed.error)}`);
-    let output: ToolOutput;
     try {
-      output = await spec.execute(session, parsed.data);
+      const output = await spec.execute(session, parsed.data);
+      // Inside the try: a backend that throws while an evicted result is saved is still an answer, not a throw.
+      return spec.selfBudgeted ? output : await session.budget(spec.name, output);
     } catch (error) {
       // ToolFailure and StrataError messages are written for the reader (and name no host path).
       if (error instanceof ToolFailure || isStrataError(error)) return fail(error.message);
-      return fail(`${spec.name} failed unexpectedly: ${error instanceof Error ? error.message : String(error)}`);
+      // Anything else is a bug below the tools (backends answer errors, never throw); its message may
+      // carry a host path, so only its kind is told.
+      const kind = error instanceof Error ? error.name : typeof error;
+      return fail(`${spec.name} failed unexpectedly (${kind} in the workspace backend); retrying may help, or report it`);
     }
-    return spec.selfBudgeted ? output : session.budget(spec.name, output);
   }
 }
 

@@ -346,14 +346,15 @@ export class ToolSession implements AsyncDisposable {
       if (n === 1) await this.markAsArtefacts();
       path = joinPath(this.evictionDir, `${safeName(tool)}-${n}.txt`);
       // Create-only: another session's (or an earlier process's) result at the same name is never replaced.
-      const written = await this.backend.write(path, text);
+      const written = await this.backend.write(path, text).catch(() => null);
+      if (written === null) return { path, saved: false }; // a backend that throws: keep the result in memory
       if (!written.error) return { path: written.path, saved: true };
       if (written.error.code !== "already_exists") return { path, saved: false };
       if (!rescanned) {
         // An earlier process left results here: continue after the highest number there.
         rescanned = true;
-        const listing = await this.backend.ls(this.evictionDir);
-        for (const entry of listing.entries ?? []) {
+        const listing = await this.backend.ls(this.evictionDir).catch(() => null);
+        for (const entry of listing?.entries ?? []) {
           const number = /-(\d+)\.txt$/.exec(entry.path)?.[1];
           if (number !== undefined) this.shared.evicted = Math.max(this.shared.evicted, Number(number));
         }
@@ -364,7 +365,7 @@ export class ToolSession implements AsyncDisposable {
 
   /** A `.gitignore` of `*` in the eviction directory keeps its results out of diffs and commits. */
   private async markAsArtefacts(): Promise<void> {
-    await this.backend.write(joinPath(this.evictionDir, ".gitignore"), "# Strata's evicted tool results: artefacts, never committed\n*\n");
+    await this.backend.write(joinPath(this.evictionDir, ".gitignore"), "# Strata's evicted tool results: artefacts, never committed\n*\n").catch(() => null);
   }
 }
 
