@@ -141,7 +141,14 @@ for (const [kind, create] of Object.entries(kinds)) {
         // A misnamed PDF is still recognised by its first bytes.
         ["/docs/report.dat", pdf],
         ["/latin1.txt", Uint8Array.from([0x63, 0x61, 0x66, 0xe9, 0x0a])],
+        ["/fake.png", Uint8Array.from([0, 1, 2, 255, 254])],
+        ["/fake.pdf", Uint8Array.from([0, 1, 2, 255, 254])],
       ]);
+      // Named like an image or a PDF but not one: described, never sent as a block a model API would refuse.
+      for (const [path, type] of [["/fake.png", "image/png"], ["/fake.pdf", "application/pdf"]] as const) {
+        const fake = await tools.read_file!.call({ file_path: path });
+        expect(fake).toEqual({ text: `'${path}' is named like ${type} but its bytes are not one (5 bytes); it cannot be shown.`, isError: false });
+      }
       for (const path of ["/docs/report.pdf", "/docs/report.dat"]) {
         const read = await tools.read_file!.call({ file_path: path });
         expect(read.text).toBe(`PDF document '${path}' (${pdf.length} bytes), attached as a document.`);

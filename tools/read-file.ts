@@ -122,8 +122,13 @@ function windowMatches(text: string, offset: number, lineCount: number, content:
 
 async function binaryAnswer(session: ToolSession, path: string, bytes: Uint8Array, mimeType: string): Promise<ToolOutput> {
   await session.remember(path, bytes);
-  const type = sniffType(bytes) ?? mimeType;
+  // Blocks go by the bytes, never by the name alone: a model API refuses a whole request over one image that does not decode.
+  const sniffed = sniffType(bytes);
+  const type = sniffed ?? mimeType;
   const size = `${bytes.length} bytes`;
+  if (sniffed === null && (IMAGE_TYPES.has(mimeType) || mimeType === "application/pdf")) {
+    return ok(`'${printable(path)}' is named like ${mimeType} but its bytes are not one (${size}); it cannot be shown.`);
+  }
   if (IMAGE_TYPES.has(type)) {
     if (bytes.length > MAX_IMAGE_BYTES) {
       return ok(`'${printable(path)}' is an image (${type}, ${size}), too large to show (over ${MAX_IMAGE_BYTES} bytes).`);
