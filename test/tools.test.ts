@@ -418,7 +418,7 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(await text(backend, "/n.txt")).toBe("A\nB\n");
     });
 
-    it("a single edit never overwrites a change made meanwhile by someone else", async () => {
+    it("an edit (one or several) never overwrites a change made meanwhile by someone else", async () => {
       const backend = create();
       const meddling = new Proxy(backend, {
         get(target, key, receiver) {
@@ -440,6 +440,22 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(out).toMatch(/^Edited '\/c.txt' \(1 replacement\), but the file was also changed by someone else meanwhile: read it again/);
       expect(await text(backend, "/c.txt")).toBe("FIRST\nsecond\nthird (theirs)\n");
       expectError(await tools.edit_file!.call({ file_path: "/c.txt", old_string: "second", new_string: "SECOND" }), /has changed since you last read it/);
+
+      // Several edits land as one native edit of the text read: a change meanwhile makes them write nothing.
+      await backend.write("/m.txt", "first\nsecond\nthird\n");
+      expectOk(await tools.read_file!.call({ file_path: "/m.txt" }));
+      const edits = [
+        { old_string: "first", new_string: "1" },
+        { old_string: "second", new_string: "2" },
+      ];
+      expectError(await tools.edit_file!.call({ file_path: "/m.txt", edits }), /^'\/m\.txt' was changed by someone else while the edits were applied; nothing was written/);
+      expect(await text(backend, "/m.txt")).toBe("first\nsecond\nthird (theirs)\n");
+      // Edits that cancel out write nothing.
+      const plain = toolsFor(backend);
+      expectOk(await plain.read_file!.call({ file_path: "/m.txt" }));
+      expect(expectOk(await plain.edit_file!.call({ file_path: "/m.txt", edits: [{ old_string: "first", new_string: "x" }, { old_string: "x", new_string: "first" }] }))).toBe(
+        "The edits leave '/m.txt' unchanged; nothing was written.",
+      );
     });
 
     it("glob finds files by pattern", async () => {

@@ -68,15 +68,23 @@ export const editFile = defineTool({
       const what = `${edits.length > 1 ? `${edits.length} edits, ` : ""}${occurrences} replacement${occurrences === 1 ? "" : "s"}`;
       if (input.dry_run) return ok(`Dry run: ${what} in '${printable(path)}' would make this change; nothing was written.\n\n${diff}`);
 
-      if (edits.length > 1) {
-        orFail(await session.backend.write(path, after, { overwrite: true }));
-        await session.remember(path, after);
-        return ok(`Edited '${printable(path)}' (${what}).\n\n${diff}`);
-      }
-      // One edit goes through the native edit, which is atomic against writers outside this
-      // session (a change that lands meanwhile is kept, never overwritten with the text read here).
+      // Through the native edit, which is atomic against writers outside this session: one edit as
+      // given; several as one replacement of the whole text read by the text computed, which lands only
+      // while the file still holds what was read (an append made meanwhile is kept, any other change
+      // makes it fail and nothing is written).
+      if (before === after) return ok(`The edits leave '${printable(path)}' unchanged; nothing was written.`);
       const [edit] = edits;
-      orFail(await session.backend.edit(path, edit!.old_string, edit!.new_string, { replaceAll: edit!.replace_all ?? false }));
+      const landed =
+        edits.length === 1
+          ? await session.backend.edit(path, edit!.old_string, edit!.new_string, { replaceAll: edit!.replace_all ?? false })
+          : await session.backend.edit(path, before, after, { replaceAll: false });
+      if (landed.error) {
+        if (edits.length > 1 && (landed.error.code === "no_match" || landed.error.code === "ambiguous_match")) {
+          session.invalidate(path);
+          throw new ToolFailure(`'${printable(path)}' was changed by someone else while the edits were applied; nothing was written. Read it again with read_file`);
+        }
+        throw new ToolFailure(landed.error.message);
+      }
       const now = await session.backend.readRaw(path);
       if (!now.error && fileDataText(now.data) === after) {
         await session.remember(path, now.data);
