@@ -418,7 +418,7 @@ for (const [kind, create] of Object.entries(kinds)) {
       expect(await text(backend, "/n.txt")).toBe("A\nB\n");
     });
 
-    it("an edit (one or several) never overwrites a change made meanwhile by someone else", async () => {
+    it("an edit (one or several) or an overwrite never replaces a change made meanwhile by someone else", async () => {
       const backend = create();
       const meddling = new Proxy(backend, {
         get(target, key, receiver) {
@@ -450,6 +450,11 @@ for (const [kind, create] of Object.entries(kinds)) {
       ];
       expectError(await tools.edit_file!.call({ file_path: "/m.txt", edits }), /^'\/m\.txt' was changed by someone else while the edits were applied; nothing was written/);
       expect(await text(backend, "/m.txt")).toBe("first\nsecond\nthird (theirs)\n");
+      // So does replacing a file with write_file.
+      await backend.write("/w.txt", "first\nsecond\nthird\n");
+      expectOk(await tools.read_file!.call({ file_path: "/w.txt" }));
+      expectError(await tools.write_file!.call({ file_path: "/w.txt", content: "mine\n" }), /^'\/w\.txt' was changed by someone else while it was being replaced; nothing was written/);
+      expect(await text(backend, "/w.txt")).toBe("first\nsecond\nthird (theirs)\n");
       // Edits that cancel out write nothing.
       const plain = toolsFor(backend);
       expectOk(await plain.read_file!.call({ file_path: "/m.txt" }));

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { printable } from "../core/errors.js";
+import { fileDataText } from "../core/filedata.js";
 import { ToolFailure, defineTool, ok, orFail } from "./define.js";
 import { canonicalPath } from "./paths.js";
 
@@ -31,9 +32,31 @@ export const writeFile = defineTool({
       }
       const stale = await session.staleReason(raw.path, raw.data, "overwrite");
       if (stale) throw new ToolFailure(stale);
-      const path = orFail(await session.backend.write(raw.path, input.content, { overwrite: true })).path;
-      await session.remember(path, input.content);
-      return ok(`Replaced the content of '${printable(path)}' (${describe(input.content)}).`);
+      const current = fileDataText(raw.data);
+      if (current === input.content) return ok(`'${printable(raw.path)}' already has this content (${describe(input.content)}); nothing was written.`);
+      if (current === null || current === "") {
+        // Binary or empty: no text to swap against, so a plain overwrite.
+        const path = orFail(await session.backend.write(raw.path, input.content, { overwrite: true })).path;
+        await session.remember(path, input.content);
+        return ok(`Replaced the content of '${printable(path)}' (${describe(input.content)}).`);
+      }
+      // Text: replaced through the native edit of the whole text read, atomic against writers outside
+      // this session, so a change made since the check is never overwritten.
+      const swapped = await session.backend.edit(raw.path, current, input.content, { replaceAll: false });
+      if (swapped.error) {
+        if (swapped.error.code === "no_match" || swapped.error.code === "ambiguous_match") {
+          session.invalidate(raw.path);
+          throw new ToolFailure(`'${printable(raw.path)}' was changed by someone else while it was being replaced; nothing was written. Read it again with read_file`);
+        }
+        throw new ToolFailure(swapped.error.message);
+      }
+      const now = await session.backend.readRaw(swapped.path);
+      if (!now.error && fileDataText(now.data) === input.content) {
+        await session.remember(swapped.path, now.data);
+        return ok(`Replaced the content of '${printable(swapped.path)}' (${describe(input.content)}).`);
+      }
+      session.invalidate(swapped.path);
+      return ok(`Replaced the content of '${printable(swapped.path)}' (${describe(input.content)}), but the file was also changed by someone else meanwhile: read it again before changing it further.`);
     });
   },
 });
