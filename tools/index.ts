@@ -7,7 +7,7 @@
  * describes them. Framework-neutral: adapters/ renders them per framework.
  */
 import type { Backend } from "../core/protocol.js";
-import { SandboxHandle } from "../runtime/handle.js";
+import type { SandboxHandle } from "../runtime/handle.js";
 import type { ToolDefinition, ToolOutput } from "./define.js";
 import { editFile } from "./edit-file.js";
 import { execute } from "./execute.js";
@@ -15,11 +15,20 @@ import { glob } from "./glob.js";
 import { grep } from "./grep.js";
 import { ls } from "./ls.js";
 import { readFile } from "./read-file.js";
-import { ToolSession, type ToolSessionOptions } from "./session.js";
+import { isSandboxHandle, ToolSession, type ToolSessionOptions } from "./session.js";
 import { writeFile } from "./write-file.js";
 
 export { defineTool, type ContentBlock, type FileBlock, type ImageBlock, type ToolDefinition, type ToolOutput } from "./define.js";
-export { DEFAULT_MAX_OUTPUT_CHARS, EVICTED_DIR, MAX_HELD_CHARS, ToolSession, hashOf, type ForkOptions, type ToolSessionOptions } from "./session.js";
+export {
+  DEFAULT_MAX_OUTPUT_CHARS,
+  EVICTED_DIR,
+  MAX_HELD_CHARS,
+  ToolSession,
+  hashOf,
+  isSandboxHandle,
+  type ForkOptions,
+  type ToolSessionOptions,
+} from "./session.js";
 export { editFile, editFileSchema, unifiedDiff } from "./edit-file.js";
 export { execute, executeSchema } from "./execute.js";
 export { glob, globSchema } from "./glob.js";
@@ -51,7 +60,7 @@ export interface CreateToolsOptions extends ToolSessionOptions {
 export function createTools(target: Backend | SandboxHandle, options: CreateToolsOptions = {}): BoundTool[] {
   const { session: given, ...sessionOptions } = options;
   const session = given ?? new ToolSession(target, sessionOptions);
-  const belongs = target instanceof SandboxHandle ? session.handle === target : session.backend === target;
+  const belongs = isSandboxHandle(target) ? session.handle === target : session.backend === target;
   if (!belongs) throw new Error("createTools: the session belongs to another backend");
   const backend = session.backend;
   return toolDefinitions

@@ -74,6 +74,25 @@ function stateOf(backend: Backend): BackendState {
   return state;
 }
 
+/**
+ * Whether `target` is a runtime SandboxHandle rather than a Backend: by class,
+ * or by shape when two copies of the package are loaded (a bundler's dual
+ * package), so a handle is never mistaken for a backend.
+ */
+export function isSandboxHandle(target: unknown): target is SandboxHandle {
+  if (target instanceof SandboxHandle) return true;
+  const candidate = target as Partial<Record<"acquire" | "release" | "detach" | "dispatch", unknown>> | null;
+  return (
+    typeof candidate === "object" &&
+    candidate !== null &&
+    typeof candidate.acquire === "function" &&
+    typeof candidate.release === "function" &&
+    typeof candidate.detach === "function" &&
+    typeof candidate.dispatch === "function" &&
+    "refcount" in candidate
+  );
+}
+
 /** Handles a session detached: the last session to let go of one leaves it running instead of closing it. */
 const detachedHandles = new WeakSet<SandboxHandle>();
 
@@ -106,7 +125,7 @@ export class ToolSession implements AsyncDisposable {
   constructor(target: Backend | SandboxHandle, options: ToolSessionOptions = {}) {
     const max = options.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
     if (!Number.isInteger(max) || max < 200) throw new RangeError("maxOutputChars must be an integer of at least 200");
-    if (target instanceof SandboxHandle) {
+    if (isSandboxHandle(target)) {
       // Acquire first: a closed handle throws before the session exists, so nothing is left half-owned.
       this.handle = target.acquire();
       this.backend = target.sandbox;
