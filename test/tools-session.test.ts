@@ -131,6 +131,10 @@ describe("tool sessions over a sandbox handle (bubblewrap)", () => {
     await expect(session.detach(new PersistentSandboxRegistry({ root: join(root, "registry") }))).rejects.toThrow(/do not outlive their process/);
     expect(session.ended).toBe(false);
     expectOk(await toolsOf(session).ls!.call({}));
+    // A session (or fork) that fails to construct owns nothing.
+    expect(() => new ToolSession(handle, { maxOutputChars: 5 })).toThrow(RangeError);
+    expect(() => session.fork({ maxOutputChars: 5 })).toThrow(RangeError);
+    expect(handle.refcount).toBe(1);
     await session.end();
     expect(handle.closed).toBe(true);
   });

@@ -125,14 +125,9 @@ export class ToolSession implements AsyncDisposable {
   constructor(target: Backend | SandboxHandle, options: ToolSessionOptions = {}) {
     const max = options.maxOutputChars ?? DEFAULT_MAX_OUTPUT_CHARS;
     if (!Number.isInteger(max) || max < 200) throw new RangeError("maxOutputChars must be an integer of at least 200");
-    if (isSandboxHandle(target)) {
-      // Acquire first: a closed handle throws before the session exists, so nothing is left half-owned.
-      this.handle = target.acquire();
-      this.backend = target.sandbox;
-    } else {
-      this.handle = undefined;
-      this.backend = target;
-    }
+    // A closed handle throws here (its sandbox getter), before anything is owned.
+    const handle = isSandboxHandle(target) ? target : undefined;
+    this.backend = handle ? handle.sandbox : (target as Backend);
     const root = (this.backend as { root?: unknown }).root;
     this.root = typeof root === "string" ? normalizePath(root) : "/";
     this.options = { ...options };
@@ -141,6 +136,8 @@ export class ToolSession implements AsyncDisposable {
     this.evict = options.evict ?? true;
     this.evictionDir = joinPath(this.root, EVICTED_DIR);
     this.shared = stateOf(this.backend);
+    // Acquired last, when nothing else can throw, so a failed construction never leaks a reference.
+    this.handle = handle?.acquire();
   }
 
   // ---- ownership ----
