@@ -39,6 +39,9 @@ export function checkTimeout(timeout: number | undefined): void {
   if (timeout !== undefined) timeoutSeconds(timeout);
 }
 
+/** How long the output pipes may stay open after the command's group was killed (a holder that left the group). */
+const PIPE_DEADLINE_MS = 1_000;
+
 export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
   for (const arg of run.args) {
     if (Buffer.byteLength(arg) > MAX_ARG_BYTES) {
@@ -121,11 +124,17 @@ export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
     });
     child.on("exit", (code, signal) => {
       exit = { code, signal };
-      // A background child may still hold the output pipes open; past the grace period its group is killed.
+      // A background child may still hold the output pipes open; past the grace period its group is
+      // killed. The pipes then close on their own and what is already in them is still read: a loaded
+      // machine can stall the event loop past the grace period before a fast command's output is read,
+      // and giving up at once answered an empty output. Only a holder outside the group (setsid) is cut
+      // off, at the deadline.
       graceTimer = setTimeout(() => {
         killGroup();
-        openStreams = 0;
-        maybeDone();
+        graceTimer = setTimeout(() => {
+          openStreams = 0;
+          maybeDone();
+        }, PIPE_DEADLINE_MS);
       }, SANDBOX_DEFAULTS.killGraceMs);
       maybeDone();
     });
