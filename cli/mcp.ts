@@ -57,7 +57,7 @@ export function mcpCommand(): Command {
         return;
       }
       const problem = bindingProblem(flags.host, token);
-      if (problem) throw new InvalidArgumentError(problem);
+      if (problem) throw new Error(problem);
       const served = await serveHttp(makeServer, { host: flags.host, port: flags.port, token, allowedHosts: flags.allowedHost });
       process.stderr.write(`strata mcp: listening on ${served.url}\n`);
       const stop = () => void served.close().finally(() => process.exit(0));
