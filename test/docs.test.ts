@@ -57,6 +57,7 @@ beforeAll(async () => {
           "strata-workspace/core": entry("core/index.ts"),
           "strata-workspace/runtime": entry("runtime/index.ts"),
           "strata-workspace/conformance": entry("conformance/index.ts"),
+          "strata-workspace/mcp": entry("mcp/index.ts"),
           "strata-workspace/*": [join(repo, "*.ts")],
         },
       },
