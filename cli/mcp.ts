@@ -4,7 +4,7 @@
  */
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { Command, InvalidArgumentError } from "commander";
-import { createMcpServer } from "../mcp/server.js";
+import { createMcpServer, type Workspace } from "../mcp/server.js";
 import { bindingProblem, serveHttp } from "../mcp/http.js";
 import { embeddedShell, openEmbeddedWorkspace } from "../mcp/embedded.js";
 
@@ -43,7 +43,20 @@ export function mcpCommand(): Command {
     .action(async (flags: McpFlags) => {
       const token = flags.token ?? process.env.STRATA_MCP_TOKEN;
       const workspaceOptions = { unsafeLocal: flags.unsafeLocal ?? false, execute: flags.execute, memories: flags.memories };
-      const opener = (directory: string) => openEmbeddedWorkspace(directory, workspaceOptions);
+      // Every workspace still open at exit is closed first (SQLite checkpoints, sandboxes end their commands).
+      const open = new Set<Workspace>();
+      const opener = async (directory: string): Promise<Workspace> => {
+        const ws = await openEmbeddedWorkspace(directory, workspaceOptions);
+        open.add(ws);
+        return {
+          ...ws,
+          close: async () => {
+            open.delete(ws);
+            await ws.close?.();
+          },
+        };
+      };
+      const closeAll = () => Promise.all([...open].map((ws) => ws.close?.().catch(() => undefined)));
       const makeServer = () => createMcpServer(opener, flags.root === undefined ? {} : { directory: flags.root });
       const shell = await embeddedShell(workspaceOptions);
       if (shell === "none" && flags.execute && !flags.unsafeLocal) {
@@ -53,14 +66,14 @@ export function mcpCommand(): Command {
         const server = makeServer();
         await server.connect(new StdioServerTransport());
         // The client closing stdin ends the session.
-        process.stdin.on("end", () => void server.close().finally(() => process.exit(0)));
+        process.stdin.on("end", () => void server.close().then(closeAll).finally(() => process.exit(0)));
         return;
       }
       const problem = bindingProblem(flags.host, token);
       if (problem) throw new Error(problem);
       const served = await serveHttp(makeServer, { host: flags.host, port: flags.port, token, allowedHosts: flags.allowedHost });
       process.stderr.write(`strata mcp: listening on ${served.url}\n`);
-      const stop = () => void served.close().finally(() => process.exit(0));
+      const stop = () => void served.close().then(closeAll).finally(() => process.exit(0));
       process.once("SIGINT", stop);
       process.once("SIGTERM", stop);
     });

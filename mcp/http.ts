@@ -36,6 +36,8 @@ export interface HttpServeOptions {
   maxBodyBytes?: number;
   /** Sessions open at once; a new one beyond is refused (503). Default 256. */
   maxSessions?: number;
+  /** A session no request has used for this long is closed. Default 30 minutes. */
+  idleTimeoutMs?: number;
 }
 
 export interface HttpMcpServer {
@@ -78,7 +80,14 @@ export async function serveHttp(makeServer: () => Server, options: HttpServeOpti
   const maxSessions = options.maxSessions ?? 256;
   const allowedHosts = new Set((options.allowedHosts ?? []).map((name) => name.toLowerCase()));
   const tokenDigest = options.token === undefined ? undefined : digest(options.token);
-  const sessions = new Map<string, { transport: StreamableHTTPServerTransport; server: Server }>();
+  const sessions = new Map<string, { transport: StreamableHTTPServerTransport; server: Server; lastUsed: number }>();
+  const idleMs = options.idleTimeoutMs ?? 30 * 60_000;
+  // A client that vanished without ending its session (no DELETE) does not hold it, and its workspace, forever.
+  const sweeper = setInterval(() => {
+    const cutoff = Date.now() - idleMs;
+    for (const { transport, lastUsed } of sessions.values()) if (lastUsed < cutoff) void transport.close().catch(() => undefined);
+  }, Math.min(idleMs, 60_000));
+  sweeper.unref();
   let port = 0;
 
   const hostAllowed = (header: string | undefined): boolean => {
@@ -131,6 +140,7 @@ export async function serveHttp(makeServer: () => Server, options: HttpServeOpti
     if (typeof sessionId === "string") {
       const session = sessions.get(sessionId);
       if (!session) return jsonRpcError(res, 404, "Session not found: start a new one with initialize");
+      session.lastUsed = Date.now();
       return session.transport.handleRequest(req, res, body);
     }
     if (req.method !== "POST" || !isInitializeRequest(body)) {
@@ -141,12 +151,12 @@ export async function serveHttp(makeServer: () => Server, options: HttpServeOpti
     const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
       sessionIdGenerator: randomUUID,
       onsessioninitialized: (id) => {
-        sessions.set(id, { transport, server });
+        sessions.set(id, { transport, server, lastUsed: Date.now() });
       },
     });
+    // The server's own close handling (chained after this by connect) lets its workspace go.
     transport.onclose = () => {
       if (transport.sessionId !== undefined) sessions.delete(transport.sessionId);
-      void server.close().catch(() => undefined);
     };
     await server.connect(transport);
     await transport.handleRequest(req, res, body);
@@ -172,6 +182,7 @@ export async function serveHttp(makeServer: () => Server, options: HttpServeOpti
     port,
     sessions: () => sessions.size,
     async close() {
+      clearInterval(sweeper);
       await Promise.all([...sessions.values()].map(({ transport }) => transport.close().catch(() => undefined)));
       sessions.clear();
       http.closeAllConnections();
