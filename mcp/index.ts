@@ -5,7 +5,8 @@
  */
 export { createMcpServer, runsCommands, type McpServerOptions, type Workspace, type WorkspaceOpener } from "./server.js";
 export { bindingProblem, isLoopback, serveHttp, type HttpMcpServer, type HttpServeOptions } from "./http.js";
-export { embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type ShellKind } from "./embedded.js";
+export { DEFAULT_ROUTES, embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type SandboxChoice, type ShellKind } from "./embedded.js";
+export { openRoute, ROUTE_SCHEMES, type OpenedRoute } from "./routes.js";
 export {
   createDirectory,
   directoryTree,

@@ -18,6 +18,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { ListRootsRequestSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { bindingProblem, isLoopback } from "../mcp/http.js";
+import { requireService } from "./support/runtime-services.js";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const CLI = join(ROOT, "cli", "strata.ts");
@@ -45,8 +46,9 @@ function workspace(files: Record<string, string | Uint8Array> = {}): string {
 
 type Roots = { current: string[] };
 
-async function stdioClient(args: string[], options: { cwd?: string; roots?: Roots } = {}): Promise<Client> {
-  const transport = new StdioClientTransport({ command: process.execPath, args: [...NODE_ARGS, ...args], cwd: options.cwd ?? ROOT, stderr: "pipe" });
+async function stdioClient(args: string[], options: { cwd?: string; roots?: Roots; env?: Record<string, string> } = {}): Promise<Client> {
+  const env = options.env ? { ...(process.env as Record<string, string>), ...options.env } : undefined;
+  const transport = new StdioClientTransport({ command: process.execPath, args: [...NODE_ARGS, ...args], cwd: options.cwd ?? ROOT, stderr: "pipe", ...(env ? { env } : {}) });
   const client = new Client({ name: "strata-test", version: "1" }, options.roots ? { capabilities: { roots: { listChanged: true } } } : {});
   if (options.roots) {
     const roots = options.roots;
@@ -232,6 +234,73 @@ describe("strata mcp over stdio", () => {
     expect(existsSync(join(dir, "marker.txt"))).toBe(false);
     // The session goes on.
     expect(okText(await call(client, "execute", { command: "echo alive" }))).toContain("alive");
+  });
+});
+
+describe("strata mcp routes, config file and sandboxes", () => {
+  it("mounts routes by URL: memory:, file:, sqlite:, postgres://, redis://", async () => {
+    const dir = workspace({ "top.txt": "top" });
+    const other = workspace({ "shared.md": "from the other folder" });
+    const ns = `mcp-test-${process.pid}-${Date.now()}`;
+    const client = await stdioClient([
+      "--root", dir, "--no-execute",
+      "--route", "/scratch=memory:",
+      "--route", `/other=file:${other}`,
+      "--route", "/notes=sqlite:.strata/notes.db",
+      "--route", `/pg-${ns}=${requireService("STRATA_POSTGRES_URL", "10-postgres.sh")}`,
+      "--route", `/redis-${ns}=${requireService("STRATA_REDIS_URL", "20-redis.sh")}`,
+    ]);
+    const roots = (await call(client, "list_allowed_roots")).structuredContent as { roots: { path: string; description: string }[] };
+    expect(roots.roots.map((root) => root.path)).toEqual(["/", "/scratch", "/other", "/notes", `/pg-${ns}`, `/redis-${ns}`]);
+    expect(JSON.stringify(roots)).not.toMatch(/postgres:\/\/|redis:\/\/|password/);
+    expect(okText(await call(client, "read_file", { file_path: "/other/shared.md" }))).toContain("from the other folder");
+    for (const prefix of ["/scratch", "/notes", `/pg-${ns}`, `/redis-${ns}`]) {
+      okText(await call(client, "write_file", { file_path: `${prefix}/a.md`, content: `in ${prefix}` }));
+      expect(okText(await call(client, "read_file", { file_path: `${prefix}/a.md` }))).toContain(`in ${prefix}`);
+    }
+    expect(existsSync(join(dir, ".strata", "notes.db"))).toBe(true);
+    expect(existsSync(join(dir, ".strata", "memories.db"))).toBe(false); // --route replaces the default
+    const grep = okText(await call(client, "grep", { pattern: "in /", output_mode: "files_with_matches" }));
+    expect(grep.split("\n").sort()).toEqual([`/notes/a.md`, `/pg-${ns}/a.md`, `/redis-${ns}/a.md`, "/scratch/a.md"].sort());
+    expect(text(await call(client, "execute", { command: "true" }))).toMatch(/Unknown tool 'execute'/); // --no-execute
+  });
+
+  it("reads a config file; a flag given on the command line wins over it", async () => {
+    const dir = workspace({ "cfg.txt": "configured" });
+    const configDir = workspace({ "strata.json": "" });
+    writeFileSync(join(configDir, "strata.json"), JSON.stringify({ root: dir, execute: false, routes: { "/scratch": "memory:" } }));
+    const client = await stdioClient(["--config", join(configDir, "strata.json")]);
+    const { tools } = await client.listTools();
+    expect(tools.some((tool) => tool.name === "execute")).toBe(false);
+    expect(okText(await call(client, "ls"))).toBe("/cfg.txt (10 bytes)\n/scratch/");
+    const elsewhere = workspace({ "flag.txt": "x" });
+    const overridden = await stdioClient(["--config", join(configDir, "strata.json"), "--root", elsewhere]);
+    expect(okText(await call(overridden, "ls"))).toBe("/flag.txt (1 bytes)\n/scratch/");
+
+    writeFileSync(join(configDir, "bad.json"), JSON.stringify({ root: dir, sandbox: "vm" }));
+    const bad = spawn(process.execPath, [...NODE_ARGS, "--config", join(configDir, "bad.json")], { stdio: ["ignore", "ignore", "pipe"] });
+    let err = "";
+    bad.stderr.on("data", (chunk: Buffer) => (err += chunk.toString()));
+    expect(await new Promise((resolve) => bad.once("close", resolve))).toBe(1);
+    expect(err).toMatch(/strata: The config file 'bad.json': sandbox/);
+    expect(err).not.toContain(configDir);
+  });
+
+  it("--sandbox docker:IMAGE works in a fresh container (not the folder), removed when the session ends", async () => {
+    const socket = requireService("STRATA_DOCKER_HOST", "30-docker.sh");
+    const image = requireService("STRATA_DOCKER_IMAGE_GNU", "30-docker.sh");
+    const dir = workspace();
+    const client = await stdioClient(["--root", dir, "--sandbox", `docker:${image}`, "--no-memories"], { env: { DOCKER_HOST: `unix://${socket}` } });
+    okText(await call(client, "write_file", { file_path: "/workspace/hello.sh", content: "echo hello from $(cat /etc/hostname)\n" }));
+    const said = okText(await call(client, "execute", { command: "sh hello.sh" }));
+    const container = /hello from ([0-9a-f]{12})/.exec(said)?.[1];
+    expect(container, said).toBeDefined();
+    expect(existsSync(join(dir, "hello.sh"))).toBe(false); // the container's workspace, not the folder
+    // Ending the session removes the container.
+    await client.close();
+    const { default: Docker } = await import("dockerode");
+    const docker = new Docker({ socketPath: socket });
+    await expect.poll(async () => (await docker.listContainers({ all: true })).some((c) => c.Id.startsWith(container!)), { timeout: 15_000 }).toBe(false);
   });
 });
 
