@@ -146,7 +146,8 @@ export function mcpCommand(): Command {
           .then(closeAll)
           .finally(() => process.exit(0));
       };
-      const makeServer = () => createMcpServer(opener, root === undefined ? {} : { directory: root });
+      // Over HTTP a client is not necessarily the user who started the server: its roots must lie in the current directory.
+      const makeServer = () => createMcpServer(opener, root === undefined ? (http ? { rootsWithin: process.cwd() } : {}) : { directory: root });
       const shell = await embeddedShell(workspaceOptions);
       if (shell === "none" && workspaceOptions.execute && (workspaceOptions.sandbox ?? "auto") === "auto") {
         process.stderr.write("strata mcp: bubblewrap is not available here, so no shell is offered (--unsafe-local runs commands unisolated)\n");

@@ -13,6 +13,8 @@
  * change, the next call opens the new one, and the old workspace closes once
  * its calls in flight are done.
  */
+import { realpathSync } from "node:fs";
+import nodePath from "node:path";
 import { fileURLToPath } from "node:url";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import {
@@ -53,6 +55,12 @@ export interface McpServerOptions extends ToolSessionOptions {
   directory?: string;
   /** With an opener: the directory when neither `directory` nor the client's roots name one. Default: the current directory. */
   fallbackDirectory?: string;
+  /**
+   * With an opener: use a client's root only when it lies inside this host
+   * directory (symlinks resolved); others are ignored. For clients that are
+   * not the user who started the server (HTTP), so a client cannot name `/`.
+   */
+  rootsWithin?: string;
 }
 
 const READ_ONLY: ToolAnnotations = { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false };
@@ -101,7 +109,7 @@ export function runsCommands(backend: Backend): boolean {
 }
 
 export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener, options: McpServerOptions = {}): Server {
-  const { name = "strata", version = "0.1.0", directory, fallbackDirectory, ...sessionOptions } = options;
+  const { name = "strata", version = "0.1.0", directory, fallbackDirectory, rootsWithin, ...sessionOptions } = options;
   const server = new Server(
     { name, version },
     { capabilities: { tools: { listChanged: true } }, instructions: INSTRUCTIONS },
@@ -144,7 +152,9 @@ export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener
       try {
         const { roots } = await server.listRoots();
         for (const root of roots) {
-          if (root.uri.startsWith("file:")) return fileURLToPath(root.uri);
+          if (!root.uri.startsWith("file:")) continue;
+          const dir = fileURLToPath(root.uri);
+          if (rootsWithin === undefined || inside(rootsWithin, dir)) return dir;
         }
       } catch {
         // A client that announced roots but cannot list them: the fallback.
@@ -197,6 +207,16 @@ export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener
     active = undefined;
   };
   return server;
+}
+
+/** Whether `dir` is `base` or below it, both with symlinks resolved (false when either is missing). */
+function inside(base: string, dir: string): boolean {
+  try {
+    const relative = nodePath.relative(realpathSync(base), realpathSync(dir));
+    return relative === "" || (!relative.startsWith("..") && !nodePath.isAbsolute(relative));
+  } catch {
+    return false;
+  }
 }
 
 function describe(tool: McpToolDefinition): Tool {

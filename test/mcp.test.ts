@@ -74,8 +74,8 @@ function okText(result: CallToolResult): string {
 }
 
 /** Starts `strata mcp --http` and answers its URL (read from its stderr). */
-async function httpServer(args: string[], env: Record<string, string> = {}): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, [...NODE_ARGS, "--http", ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "pipe"] });
+async function httpServer(args: string[], env: Record<string, string> = {}, cwd = ROOT): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(process.execPath, [...NODE_ARGS, "--http", ...args], { cwd, env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "pipe"] });
   cleanup.push(async () => {
     if (child.exitCode === null) {
       child.kill("SIGTERM");
@@ -94,8 +94,9 @@ async function httpServer(args: string[], env: Record<string, string> = {}): Pro
   return { url, child };
 }
 
-async function httpClient(url: string, headers: Record<string, string> = {}): Promise<Client> {
-  const client = new Client({ name: "strata-http-test", version: "1" });
+async function httpClient(url: string, headers: Record<string, string> = {}, roots?: Roots): Promise<Client> {
+  const client = new Client({ name: "strata-http-test", version: "1" }, roots ? { capabilities: { roots: { listChanged: true } } } : {});
+  if (roots) client.setRequestHandler(ListRootsRequestSchema, () => ({ roots: roots.current.map((dir) => ({ uri: pathToFileURL(dir).href })) }));
   await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
   cleanup.push(() => client.close());
   return client;
@@ -324,6 +325,22 @@ describe("strata mcp over Streamable HTTP", () => {
     okText(await call(clients[0]!, "edit_file", { file_path: "/shared.txt", old_string: "base", new_string: "zero" }));
     expect(readFileSync(join(dir, "shared.txt"), "utf8")).toBe("zero\n");
     for (let i = 0; i < 10; i++) expect(readFileSync(join(dir, `c${i}.txt`), "utf8")).toBe(`client ${i}`);
+  });
+
+  it("with no --root, each HTTP session works in its own client's root, if it lies in the server's directory", async () => {
+    const base = workspace({ "alpha/alpha.txt": "a", "beta/beta.txt": "b", "base.txt": "c" });
+    const outside = workspace({ "secret.txt": "s" });
+    symlinkSync(outside, join(base, "sneaky"));
+    const { url } = await httpServer(["--no-execute", "--no-memories"], {}, base);
+    const asked = [join(base, "alpha"), join(base, "beta"), outside, join(base, "sneaky"), "/"];
+    const clients = await Promise.all(asked.map((dir) => httpClient(url, {}, { current: [dir] })));
+    const listings = await Promise.all(clients.map(async (client) => okText(await call(client, "ls"))));
+    // A root outside the server's directory (or leading out of it through a symlink) is ignored: the server's directory is served.
+    expect(listings.slice(0, 2)).toEqual(["/alpha.txt (1 bytes)", "/beta.txt (1 bytes)"]);
+    for (const listing of listings.slice(2)) {
+      expect(listing).toContain("/base.txt (1 bytes)");
+      expect(listing).not.toContain("secret");
+    }
   });
 
   it("refuses a foreign Host header or Origin (DNS rebinding) and an unknown session", async () => {
