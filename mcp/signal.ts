@@ -51,7 +51,7 @@ export function withCallSignal<B extends Backend>(backend: B): B {
           return value.apply(target, args);
         }
         const given = (options as { signal?: unknown } | undefined)?.signal;
-        const both = given instanceof AbortSignal ? AbortSignal.any([given, signal]) : signal;
+        const both = given instanceof AbortSignal ? anyOf(given, signal) : signal;
         const call = args.slice();
         while (call.length < at) call.push(undefined);
         call[at] = { ...(options as object | undefined), signal: both };
@@ -59,4 +59,17 @@ export function withCallSignal<B extends Backend>(backend: B): B {
       };
     },
   });
+}
+
+/** AbortSignal.any, which Node 20 has only from 20.3. */
+function anyOf(a: AbortSignal, b: AbortSignal): AbortSignal {
+  if (typeof AbortSignal.any === "function") return AbortSignal.any([a, b]);
+  const controller = new AbortController();
+  const abort = (from: AbortSignal) => () => controller.abort(from.reason);
+  if (a.aborted || b.aborted) controller.abort((a.aborted ? a : b).reason);
+  else {
+    a.addEventListener("abort", abort(a), { once: true });
+    b.addEventListener("abort", abort(b), { once: true });
+  }
+  return controller.signal;
 }
