@@ -9,6 +9,7 @@ import nodePath from "node:path";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { Command, InvalidArgumentError } from "commander";
 import { z } from "zod";
+import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { createMcpServer, type Workspace } from "../mcp/server.js";
 import { bindingProblem, serveHttp } from "../mcp/http.js";
 import { embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type SandboxChoice } from "../mcp/embedded.js";
@@ -149,6 +150,10 @@ export function mcpCommand(): Command {
       // Over HTTP a client is not necessarily the user who started the server: its roots must lie in the current directory.
       const makeServer = () => createMcpServer(opener, root === undefined ? (http ? { rootsWithin: process.cwd() } : {}) : { directory: root });
       const shell = await embeddedShell(workspaceOptions);
+      if (workspaceOptions.sandbox === "bwrap" && workspaceOptions.execute) {
+        const why = await BubblewrapSandbox.unavailableReason();
+        if (why) throw new Error(`--sandbox bwrap: bubblewrap cannot run here: ${why}`);
+      }
       if (shell === "none" && workspaceOptions.execute && (workspaceOptions.sandbox ?? "auto") === "auto") {
         process.stderr.write("strata mcp: bubblewrap is not available here, so no shell is offered (--unsafe-local runs commands unisolated)\n");
       }
