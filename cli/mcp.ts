@@ -28,6 +28,7 @@ const configSchema = z.strictObject({
   host: z.string().optional(),
   port: z.number().int().min(0).max(65_535).optional(),
   allowedHosts: z.array(z.string()).optional(),
+  maxOutputChars: z.number().int().min(200).optional(),
 });
 type Config = z.infer<typeof configSchema>;
 
@@ -44,11 +45,18 @@ interface McpFlags {
   unsafeLocal?: boolean;
   execute?: boolean;
   memories?: boolean;
+  maxOutputChars?: number;
 }
 
 function port(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 0 || n > 65_535) throw new InvalidArgumentError("a port is an integer from 0 to 65535");
+  return n;
+}
+
+function budget(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 200) throw new InvalidArgumentError("an integer of at least 200");
   return n;
 }
 
@@ -95,6 +103,7 @@ export function mcpCommand(): Command {
     .option("-p, --port <port>", "port with --http (default: 0, any free port)", port)
     .option("--token <token>", "bearer token HTTP clients must send (or STRATA_MCP_TOKEN)")
     .option("--allowed-host <host>", "accept this Host header too (repeatable)", (value: string, previous: string[] = []) => [...previous, value])
+    .option("--max-output-chars <n>", "characters a tool may answer before the rest goes to a file in the workspace (default 80000)", budget)
     .option("--unsafe-local", "without bubblewrap, run commands as plain local processes (no isolation)")
     .option("--no-execute", "offer no shell")
     .option("--no-memories", "do not mount /memories")
@@ -148,7 +157,9 @@ export function mcpCommand(): Command {
           .finally(() => process.exit(0));
       };
       // Over HTTP a client is not necessarily the user who started the server: its roots must lie in the current directory.
-      const makeServer = () => createMcpServer(opener, root === undefined ? (http ? { rootsWithin: process.cwd() } : {}) : { directory: root });
+      const maxOutputChars = pick("maxOutputChars");
+      const placement = root === undefined ? (http ? { rootsWithin: process.cwd() } : {}) : { directory: root };
+      const makeServer = () => createMcpServer(opener, { ...placement, ...(maxOutputChars === undefined ? {} : { maxOutputChars }) });
       const shell = await embeddedShell(workspaceOptions);
       if (workspaceOptions.sandbox === "bwrap" && workspaceOptions.execute) {
         const why = await BubblewrapSandbox.unavailableReason();

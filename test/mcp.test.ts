@@ -179,6 +179,16 @@ describe("strata mcp over stdio", () => {
     expect(okText(await call(again, "read_file", { file_path: "/memories/prefs.md" }))).toContain("tabs");
   });
 
+  it("--max-output-chars: a longer answer goes to a file in the workspace, previewed", async () => {
+    const dir = workspace({ "many.txt": Array.from({ length: 400 }, (_, i) => `needle ${i}`).join("\n") });
+    const client = await stdioClient(["--root", dir, "--no-execute", "--no-memories", "--max-output-chars", "500"]);
+    const found = okText(await call(client, "grep", { pattern: "needle", output_mode: "content", head_limit: 1000 }));
+    expect(found.length).toBeLessThan(1_000);
+    const saved = /'(\/\.strata\/evicted\/[^']+)'/.exec(found)?.[1];
+    expect(saved, found).toBeDefined();
+    expect(readFileSync(join(dir, saved!), "utf8")).toContain("needle 399");
+  });
+
   it("refuses hostile paths without showing a host path, and answers binary files and images", async () => {
     const outside = workspace({ "secret.txt": "top secret" });
     const dir = workspace({ "data.bin": new Uint8Array([0, 1, 2, 255, 0, 7]), "pixel.png": PNG, "misnamed.txt": PNG });
