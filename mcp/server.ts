@@ -98,6 +98,7 @@ interface Active {
   /** Calls in flight. */
   calls: number;
   retired: boolean;
+  closed: boolean;
   /** Opened by this server, so closed by it. */
   owned: boolean;
 }
@@ -125,7 +126,7 @@ export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener
       if (tool.name === "execute" && !canExecute) continue;
       if (tool.available(backend)) tools.set(tool.name, tool);
     }
-    return { workspace: ws, session, tools, calls: 0, retired: false, owned };
+    return { workspace: ws, session, tools, calls: 0, retired: false, closed: false, owned };
   };
 
   let active: Promise<Active> | undefined;
@@ -165,7 +166,9 @@ export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener
 
   const retire = (gone: Active) => {
     gone.retired = true;
-    if (gone.calls === 0 && gone.owned) void gone.workspace.close?.().catch(() => undefined);
+    if (gone.calls > 0 || !gone.owned || gone.closed) return;
+    gone.closed = true;
+    void gone.workspace.close?.().catch(() => undefined);
   };
 
   server.setNotificationHandler(RootsListChangedNotificationSchema, async () => {
