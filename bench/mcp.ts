@@ -27,7 +27,9 @@ interface Served {
 }
 
 function strataServer(tree: string): Served {
-  return { command: process.execPath, args: ["--import", TSX, join(ROOT, "cli", "strata.ts"), "mcp", "--root", tree, "--no-execute", "--no-memories"] };
+  // The peer answers everything in one message: so does Strata here (no output budget, nothing evicted into the tree).
+  const args = ["--import", TSX, join(ROOT, "cli", "strata.ts"), "mcp", "--root", tree, "--no-execute", "--no-memories", "--max-output-chars", "1000000000"];
+  return { command: process.execPath, args };
 }
 
 function peerServer(tree: string): Served {
@@ -103,7 +105,7 @@ export const mcpGroup: BenchGroup = {
         await compare({
           ...common,
           ...pair(
-            `list a 1,000-entry directory of a ${label}`,
+            `list a ${fileCount / 20 + 1}-entry directory of a ${label}`,
             async () => countLines(await call(strata, "ls", { path: "/pkg0" })),
             async () => countLines(await call(peer, "list_directory", { path: join(tree, "pkg0") })),
           ),
