@@ -240,7 +240,7 @@ describe("strata mcp over stdio", () => {
     const running = client.callTool({ name: "execute", arguments: { command: "sleep 3 && echo late > marker.txt" } }, undefined, { signal: controller.signal });
     setTimeout(() => controller.abort(), 500);
     await expect(running).rejects.toThrow(/abort/i);
-    expect(Date.now() - started).toBeLessThan(2_000);
+    expect(Date.now() - started).toBeLessThan(2_900); // before the command would have ended
     await new Promise((resolve) => setTimeout(resolve, 3_500));
     expect(existsSync(join(dir, "marker.txt"))).toBe(false);
     // The session goes on.
