@@ -38,6 +38,7 @@ const GROUPS: ReadonlyArray<{ name: string; load: () => Promise<BenchGroup> }> =
   { name: "sandbox", load: async () => (await import("./sandbox.js")).sandboxGroup },
   { name: "runtime", load: async () => (await import("./runtime.js")).runtimeGroup },
   { name: "import", load: async () => (await import("./imports.js")).importGroup },
+  { name: "mcp", load: async () => (await import("./mcp.js")).mcpGroup },
 ];
 
 interface Options {

@@ -58,6 +58,7 @@ beforeAll(async () => {
           "strata-workspace/runtime": entry("runtime/index.ts"),
           "strata-workspace/tools": entry("tools/index.ts"),
           "strata-workspace/conformance": entry("conformance/index.ts"),
+          "strata-workspace/mcp": entry("mcp/index.ts"),
           "strata-workspace/*": [join(repo, "*.ts")],
         },
       },

@@ -1,0 +1,192 @@
+/**
+ * Over MCP: `strata mcp` and the official filesystem server
+ * (`@modelcontextprotocol/server-filesystem`), each a child process driven by
+ * the same SDK Client over stdio, on the generated 50k-file tree: start up,
+ * list a directory, read 100 files at once, search file names, search
+ * content (the peer has no content search), and edit a file.
+ */
+import { readFileSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import { generatedTree, TREE_NEEDLE } from "./filesystem.js";
+import { type BenchGroup, type CaseResult, type Contender, type GroupContext, compare, countLines } from "./harness.js";
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
+const TSX = pathToFileURL(join(ROOT, "node_modules", "tsx", "dist", "loader.mjs")).href;
+const PEER_BIN = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-filesystem/dist/index.js");
+const STRATA = "Strata `strata mcp` (stdio)";
+const PEER = "official filesystem server (stdio)";
+
+interface Served {
+  command: string;
+  args: string[];
+}
+
+function strataServer(tree: string): Served {
+  // The peer answers everything in one message: so does Strata here (no output budget, nothing evicted into the tree).
+  const args = ["--import", TSX, join(ROOT, "cli", "strata.ts"), "mcp", "--root", tree, "--no-execute", "--no-memories", "--max-output-chars", "1000000000"];
+  return { command: process.execPath, args };
+}
+
+function peerServer(tree: string): Served {
+  return { command: process.execPath, args: [PEER_BIN, tree] };
+}
+
+async function connect(served: Served): Promise<Client> {
+  const client = new Client({ name: "strata-bench", version: "1" });
+  await client.connect(new StdioClientTransport({ ...served, stderr: "ignore" }));
+  return client;
+}
+
+async function call(client: Client, name: string, args: Record<string, unknown>): Promise<string> {
+  const result = (await client.callTool({ name, arguments: args })) as CallToolResult;
+  const first = result.content[0];
+  const text = first?.type === "text" ? first.text : "";
+  if (result.isError) throw new Error(`${name}: ${text.slice(0, 200)}`);
+  return text;
+}
+
+/** The i-th path of the generated tree (bench/filesystem.ts's layout). */
+function treeFile(i: number): string {
+  const ext = ["ts", "md", "txt"][i % 3];
+  const nested = i % 4 === 0 ? "" : `/src/mod${Math.floor(i / 10) % 25}${i % 8 === 1 ? `/deep/level${i % 5}` : ""}`;
+  return `pkg${i % 10}${nested}/file${i}.${ext}`;
+}
+
+export const mcpGroup: BenchGroup = {
+  name: "mcp",
+  title: "Over MCP",
+  async run(ctx: GroupContext): Promise<CaseResult[]> {
+    const fileCount = ctx.quick ? 5_000 : 50_000;
+    const label = `${fileCount / 1000}k-file tree`;
+    const tree = await generatedTree(ctx, fileCount);
+    const common = { group: this.name, reps: ctx.reps };
+    const results: CaseResult[] = [];
+    const note = "Both servers are child processes over stdio, driven by one SDK Client each; Strata runs from source under tsx.";
+
+    ctx.log("MCP: start up (spawn, initialize, list tools)");
+    const startUp = (served: Served, name: string): Contender => ({
+      name,
+      run: async () => {
+        const client = await connect(served);
+        const { tools } = await client.listTools();
+        await client.close();
+        return tools.length > 0 ? 1 : 0;
+      },
+    });
+    results.push(
+      await compare({
+        ...common,
+        name: "start an MCP server and list its tools",
+        strata: startUp(strataServer(tree), STRATA),
+        peers: [startUp(peerServer(tree), PEER)],
+        warmup: 1,
+        minSampleMs: 0,
+        maxSamples: 5,
+        notes: [note, "Strata's start includes tsx compiling its sources; a built package (dist/) starts faster."],
+      }),
+    );
+
+    const strata = await connect(strataServer(tree));
+    const peer = await connect(peerServer(tree));
+    try {
+      const pair = (name: string, strataRun: () => Promise<number>, peerRun: () => Promise<number>) => ({
+        strata: { name: STRATA, run: strataRun },
+        peers: [{ name: PEER, run: peerRun }],
+        name,
+      });
+
+      ctx.log("MCP: list a directory");
+      results.push(
+        await compare({
+          ...common,
+          ...pair(
+            `list a ${fileCount / 20 + 1}-entry directory of a ${label}`,
+            async () => countLines(await call(strata, "ls", { path: "/pkg0" })),
+            async () => countLines(await call(peer, "list_directory", { path: join(tree, "pkg0") })),
+          ),
+          notes: [note],
+        }),
+      );
+
+      ctx.log("MCP: read 100 files");
+      const hundred = Array.from({ length: 100 }, (_, i) => treeFile(i * 7));
+      results.push(
+        await compare({
+          ...common,
+          ...pair(
+            "read 100 files in one call",
+            async () => (await call(strata, "read_multiple_files", { paths: hundred.map((p) => `/${p}`) })).split("\n=== ").length,
+            async () => (await call(peer, "read_multiple_files", { paths: hundred.map((p) => join(tree, p)) })).split("\n---\n").length,
+          ),
+          notes: [note, "Strata answers line-numbered windows (read_file's format); the peer answers the raw text."],
+        }),
+      );
+
+      ctx.log("MCP: search file names");
+      results.push(
+        await compare({
+          ...common,
+          ...pair(
+            `search file names \`**/file1*.ts\` over a ${label}`,
+            async () => countLines(await call(strata, "glob", { pattern: "**/file1*.ts" })),
+            async () => countLines(await call(peer, "search_files", { path: tree, pattern: "**/file1*.ts" })),
+          ),
+          notes: [note, "Strata's glob and the peer's search_files (minimatch over a recursive walk)."],
+        }),
+      );
+
+      ctx.log("MCP: search content");
+      results.push(
+        await compare({
+          ...common,
+          ...pair(
+            `search content (files holding \`${TREE_NEEDLE}\`) over a ${label}`,
+            async () => countLines(await call(strata, "grep", { pattern: TREE_NEEDLE, output_mode: "files_with_matches", head_limit: 100_000 })),
+            async () => {
+              throw new Error("the filesystem server has no content search");
+            },
+          ),
+          notes: [note],
+        }),
+      );
+
+      ctx.log("MCP: edit a file");
+      // Each server edits its own file (3 and 6 of the tree): each run flips one line, the next flips it back.
+      const flipper = (n: number, edit: (path: string, from: string, to: string) => Promise<unknown>) => {
+        let flipped = false;
+        return async () => {
+          const [from, to] = flipped ? [`module ${n} (edited)"`, `module ${n}"`] : [`module ${n}"`, `module ${n} (edited)"`];
+          flipped = !flipped;
+          await edit(treeFile(n), from, to);
+          return 1;
+        };
+      };
+      const originals = [3, 6].map((n) => [join(tree, treeFile(n)), readFileSync(join(tree, treeFile(n)), "utf8")] as const);
+      await call(strata, "read_file", { file_path: `/${treeFile(3)}` }); // the stale-file guard wants a read first
+      try {
+        results.push(
+          await compare({
+            ...common,
+            ...pair(
+              "edit a file (one replacement, answered with its diff)",
+              flipper(3, (path, from, to) => call(strata, "edit_file", { file_path: `/${path}`, old_string: from, new_string: to })),
+              flipper(6, (path, from, to) => call(peer, "edit_file", { path: join(tree, path), edits: [{ oldText: from, newText: to }] })),
+            ),
+            notes: [note, "Both answer a unified diff; Strata's write is atomic and fsynced, and checks the file is still the one read."],
+          }),
+        );
+      } finally {
+        for (const [path, text] of originals) writeFileSync(path, text);
+      }
+    } finally {
+      await strata.close();
+      await peer.close();
+    }
+    return results;
+  },
+};

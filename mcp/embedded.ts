@@ -1,0 +1,90 @@
+/**
+ * The workspace `strata mcp` serves for a host directory. The embedded
+ * default: the directory, confined (FilesystemBackend's descriptor walk, so
+ * no `..` or symlink leads out), with `/memories/` on SQLite under the
+ * directory's `.strata/`, and a shell in bubblewrap when bubblewrap works
+ * here. Without bubblewrap no shell is offered, unless `unsafeLocal` asks for
+ * commands run as plain local processes (they can reach everything this user
+ * can). `sandbox` and `routes` choose otherwise (see routes.ts for the URLs).
+ */
+import { statSync } from "node:fs";
+import nodePath from "node:path";
+import { CompositeBackend } from "../backends/composite.js";
+import { FilesystemBackend } from "../backends/filesystem.js";
+import { normalizePath } from "../core/paths.js";
+import type { Backend, Sandbox } from "../core/protocol.js";
+import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
+import { LocalSandbox } from "../sandboxes/local.js";
+import type { AllowedRoot } from "./fs-tools.js";
+import { openRoute, type OpenedRoute } from "./routes.js";
+import type { Workspace } from "./server.js";
+
+/** Where commands run: "auto" (bubblewrap when it works, else local with `unsafeLocal`, else none), or one named. */
+export type SandboxChoice = "auto" | "none" | "local" | "bwrap" | `docker:${string}`;
+
+export interface EmbeddedWorkspaceOptions {
+  /** Default "auto". `docker:IMAGE` works in a fresh container (its own /workspace, not the directory). */
+  sandbox?: SandboxChoice;
+  /** With "auto": run commands as local processes when bubblewrap is not available (no isolation). Default false. */
+  unsafeLocal?: boolean;
+  /** Offer a shell at all. Default true; false is `sandbox: "none"`. */
+  execute?: boolean;
+  /** Path prefix → route URL (routes.ts). Default `{ "/memories": "sqlite:.strata/memories.db" }`. */
+  routes?: Record<string, string>;
+  /** Mount the default `/memories` route. Default true; ignored when `routes` is given. */
+  memories?: boolean;
+}
+
+/** How commands run in a workspace. */
+export type ShellKind = "bubblewrap" | "local" | "docker" | "none";
+
+export const DEFAULT_ROUTES: Readonly<Record<string, string>> = { "/memories": "sqlite:.strata/memories.db" };
+
+/** Which shell `auto` (or the choice given) comes to here. */
+export async function embeddedShell(options: EmbeddedWorkspaceOptions = {}): Promise<ShellKind> {
+  const choice = options.execute === false ? "none" : (options.sandbox ?? "auto");
+  if (choice === "none") return "none";
+  if (choice === "local") return "local";
+  if (choice === "bwrap") return "bubblewrap";
+  if (choice.startsWith("docker:")) return "docker";
+  if (await BubblewrapSandbox.isAvailable()) return "bubblewrap";
+  return options.unsafeLocal ? "local" : "none";
+}
+
+export async function openEmbeddedWorkspace(directory: string, options: EmbeddedWorkspaceOptions = {}): Promise<Workspace & { shell: ShellKind }> {
+  const dir = nodePath.resolve(directory);
+  if (!statSync(dir, { throwIfNoEntry: false })?.isDirectory()) throw new Error(`The workspace directory '${nodePath.basename(dir)}' does not exist`);
+  const shell = await embeddedShell(options);
+  let files: Backend;
+  let sandbox: Sandbox | undefined;
+  if (shell === "bubblewrap") {
+    const why = await BubblewrapSandbox.unavailableReason();
+    if (why) throw new Error(`bubblewrap cannot run here: ${why}`);
+    files = sandbox = new BubblewrapSandbox({ workspace: dir });
+  } else if (shell === "local") {
+    files = sandbox = new LocalSandbox({ workspace: dir });
+  } else if (shell === "docker") {
+    const { DockerSandbox } = await import("../sandboxes/docker.js");
+    files = sandbox = await DockerSandbox.create({ image: (options.sandbox ?? "").slice("docker:".length) });
+  } else {
+    files = new FilesystemBackend({ workspace: dir });
+  }
+  const root = (files as { root?: string }).root ?? "/";
+  const what = shell === "docker" ? "the container's workspace" : `the folder '${nodePath.basename(dir)}'`;
+  const roots: AllowedRoot[] = [{ path: root, description: `the workspace: ${what}${shell === "bubblewrap" ? " (commands see it at this path too)" : ""}` }];
+  const routeUrls = options.routes ?? (options.memories === false ? {} : DEFAULT_ROUTES);
+  const opened: Array<[string, OpenedRoute]> = [];
+  const closeAll = async () => {
+    await Promise.all(opened.map(([, route]) => route.close().catch(() => undefined)));
+    await sandbox?.close();
+  };
+  try {
+    for (const [prefix, url] of Object.entries(routeUrls)) opened.push([prefix, await openRoute(prefix, url, dir)]);
+  } catch (error) {
+    await closeAll();
+    throw error;
+  }
+  for (const [prefix, route] of opened) roots.push({ path: normalizePath(prefix), description: `${route.description}${sandbox ? "; not visible to commands" : ""}` });
+  const backend = opened.length === 0 ? files : new CompositeBackend({ default: files, routes: Object.fromEntries(opened.map(([prefix, route]) => [prefix, route.backend])) });
+  return { backend, shell, execute: shell !== "none", roots, close: closeAll };
+}

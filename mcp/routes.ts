@@ -1,0 +1,58 @@
+/**
+ * A route of `strata mcp` by URL: where the files under a path prefix live.
+ *
+ *   memory:                 StateBackend (gone when the session ends)
+ *   sqlite:PATH             StoreBackend over SQLite (PATH relative to the workspace directory)
+ *   postgres://…            StoreBackend over PostgreSQL (postgresql:// too)
+ *   redis://…               StoreBackend over Redis (rediss:// too)
+ *   file:DIR                FilesystemBackend over DIR (relative to the workspace directory), confined
+ *
+ * A store's namespace is the route's prefix (`/memories` → ["memories"]), so
+ * two routes can share one database.
+ */
+import nodePath from "node:path";
+import { FilesystemBackend } from "../backends/filesystem.js";
+import { StateBackend } from "../backends/state.js";
+import { StoreBackend } from "../backends/store.js";
+import { normalizePath } from "../core/paths.js";
+import type { Backend } from "../core/protocol.js";
+import type { Store } from "../stores/store.js";
+
+export interface OpenedRoute {
+  backend: Backend;
+  /** What list_allowed_roots says it holds (never a host path or a password). */
+  description: string;
+  close(): Promise<void>;
+}
+
+/** The URL schemes a route may use. */
+export const ROUTE_SCHEMES = ["memory:", "sqlite:", "postgres://", "postgresql://", "redis://", "rediss://", "file:"] as const;
+
+export async function openRoute(prefix: string, url: string, directory: string): Promise<OpenedRoute> {
+  const namespace = normalizePath(prefix).split("/").filter(Boolean);
+  const store = async (open: () => Promise<Store>, description: string): Promise<OpenedRoute> => {
+    const opened = await open();
+    return { backend: new StoreBackend({ store: opened, namespace }), description, close: () => opened.close() };
+  };
+  if (url === "memory:") return { backend: new StateBackend(), description: "scratch files in memory, gone when the session ends", close: async () => {} };
+  if (url.startsWith("sqlite:")) {
+    const path = nodePath.resolve(directory, url.slice("sqlite:".length));
+    const { mkdirSync } = await import("node:fs");
+    mkdirSync(nodePath.dirname(path), { recursive: true });
+    const { SqliteStore } = await import("../stores/sqlite.js");
+    return store(async () => new SqliteStore({ path }), "files kept in SQLite across sessions");
+  }
+  if (url.startsWith("postgres://") || url.startsWith("postgresql://")) {
+    const { PostgresStore } = await import("../stores/postgres.js");
+    return store(async () => new PostgresStore({ connectionString: url }), "files kept in PostgreSQL");
+  }
+  if (url.startsWith("redis://") || url.startsWith("rediss://")) {
+    const { RedisStore } = await import("../stores/redis.js");
+    return store(async () => new RedisStore({ url }), "files kept in Redis");
+  }
+  if (url.startsWith("file:")) {
+    const dir = nodePath.resolve(directory, url.slice("file:".length));
+    return { backend: new FilesystemBackend({ workspace: dir }), description: `the folder '${nodePath.basename(dir)}'`, close: async () => {} };
+  }
+  throw new Error(`Route '${prefix}': unknown URL '${url.replace(/\/\/[^@/]*@/, "//…@")}'; use one of ${ROUTE_SCHEMES.join(" ")}`);
+}
