@@ -11,7 +11,7 @@ import { printable } from "../core/errors.js";
 import { compileGlob, type GlobMatcher } from "../core/glob.js";
 import { baseName, joinPath } from "../core/paths.js";
 import type { FileInfo } from "../core/types.js";
-import { ToolFailure, defineTool, ok, orFail, type ImageBlock, type ToolDefinition, type ToolOutput } from "../tools/define.js";
+import { ToolFailure, defineTool, ok, orFail, type ContentBlock, type ToolDefinition, type ToolOutput } from "../tools/define.js";
 import { readFile } from "../tools/read-file.js";
 import type { ToolSession } from "../tools/session.js";
 
@@ -50,7 +50,7 @@ export const readMultipleFiles = defineTool({
     const answers = await Promise.all(
       input.paths.map((file_path) => readFile.run(session, { file_path, offset: input.offset, limit: input.limit })),
     );
-    const blocks: ImageBlock[] = [];
+    const blocks: ContentBlock[] = [];
     const sections = answers.map((answer, i) => {
       blocks.push(...(answer.blocks ?? []));
       return `=== ${printable(input.paths[i] ?? "")} ===\n${answer.isError ? `Error: ${answer.text}` : answer.text}`;

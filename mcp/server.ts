@@ -244,7 +244,11 @@ function titleOf(name: string): string {
 
 function toResult(output: StructuredOutput, structured: boolean): CallToolResult {
   const content: CallToolResult["content"] = [{ type: "text", text: output.text }];
-  for (const block of output.blocks ?? []) content.push({ type: "image", data: block.data, mimeType: block.mimeType });
+  for (const block of output.blocks ?? []) {
+    // MCP has image content; a PDF travels as an embedded resource (a blob), which clients hand to the model as a document.
+    if (block.type === "image") content.push({ type: "image", data: block.data, mimeType: block.mimeType });
+    else content.push({ type: "resource", resource: { uri: `file:///${encodeURIComponent(block.name)}`, mimeType: block.mimeType, blob: block.data } });
+  }
   const result: CallToolResult = { content, isError: output.isError };
   if (structured && !output.isError && output.structured) result.structuredContent = output.structured;
   return result;
