@@ -22,29 +22,41 @@ import { createTools, type BoundTool, type CreateToolsOptions, type ToolOutput }
  * (`import * as ai from "ai"`). Typed loosely on purpose, so both majors'
  * overloaded generics fit; `S` is whatever the SDK's `jsonSchema` returns.
  */
-export interface AiSdkFunctions<S> {
+export interface AiSdkFunctions {
   tool: (spec: never) => unknown;
-  jsonSchema: (schema: never) => S;
+  jsonSchema: (schema: never) => unknown;
+  /**
+   * Only probed: the major that has `uploadFile` (7) takes tagged file data,
+   * `{ type: "file", data: { type: "data", ... } }`, and warns about the older
+   * `image-data` part, which is all 6 takes.
+   */
+  uploadFile?: unknown;
 }
 
+/** An image in a tool result for ai 7: tagged file data. */
+export type AiSdkFilePart = { type: "file"; mediaType: string; data: { type: "data"; data: string } };
+/** An image in a tool result for ai 6. */
+export type AiSdkImageDataPart = { type: "image-data"; data: string; mediaType: string };
+/** The image part the SDK module `M` takes. */
+export type AiSdkImagePart<M> = M extends { uploadFile: (...args: never[]) => unknown } ? AiSdkFilePart : AiSdkImageDataPart;
+
 /** What `toModelOutput` answers: the SDK's `ToolResultOutput` variants used here. */
-export type AiSdkModelOutput =
+export type AiSdkModelOutput<I = AiSdkFilePart | AiSdkImageDataPart> =
   | { type: "text"; value: string }
   | { type: "error-text"; value: string }
-  | {
-      type: "content";
-      // `image-data` is the one image part both majors accept (7 also has `file`, 6 does not).
-      value: Array<{ type: "text"; text: string } | { type: "image-data"; data: string; mediaType: string }>;
-    };
+  | { type: "content"; value: Array<{ type: "text"; text: string } | I> };
 
 /** One tool as the SDK's `tool()` returns it. */
-export interface AiSdkTool<S> {
+export interface AiSdkTool<S, I = AiSdkFilePart | AiSdkImageDataPart> {
   description: string;
   inputSchema: S;
   /** Never throws: a failure is `{ isError: true }`, which `toModelOutput` sends as error output. */
   execute(input: unknown, options: { abortSignal?: AbortSignal }): Promise<ToolOutput>;
-  toModelOutput(options: { output: ToolOutput }): AiSdkModelOutput;
+  toModelOutput(options: { output: ToolOutput }): AiSdkModelOutput<I>;
 }
+
+/** The tool set `aiSdkTools` builds with the SDK module `M`. */
+export type AiSdkToolSet<M extends AiSdkFunctions> = Record<string, AiSdkTool<ReturnType<M["jsonSchema"]>, AiSdkImagePart<M>>>;
 
 /**
  * The tools over `backend` (or tools already made by `createTools`) as an AI
@@ -55,35 +67,37 @@ export interface AiSdkTool<S> {
  * a `null` for an omitted optional parameter is accepted, as OpenAI's strict
  * mode sends it.
  */
-export function aiSdkTools<S>(
-  sdk: AiSdkFunctions<S>,
-  backend: Backend | readonly BoundTool[],
-  options: CreateToolsOptions = {},
-): Record<string, AiSdkTool<S>> {
+export function aiSdkTools<M extends AiSdkFunctions>(sdk: M, backend: Backend | readonly BoundTool[], options: CreateToolsOptions = {}): AiSdkToolSet<M> {
   const tools = Array.isArray(backend) ? (backend as readonly BoundTool[]) : createTools(backend as Backend, options);
-  const set: Record<string, AiSdkTool<S>> = {};
+  const fileParts = typeof sdk.uploadFile === "function";
+  const set: Record<string, AiSdkTool<unknown>> = {};
   for (const bound of tools) {
-    const spec: AiSdkTool<S> = {
+    const spec: AiSdkTool<unknown> = {
       description: bound.description,
       inputSchema: sdk.jsonSchema(bound.jsonSchema() as never),
       execute: (input) => bound.call(input),
-      toModelOutput: ({ output }) => modelOutput(output),
+      toModelOutput: ({ output }) => modelOutput(output, fileParts),
     };
     // tool() is an identity at run time in both majors; calling it keeps the SDK's own contract in the loop.
-    set[bound.name] = sdk.tool(spec as never) as AiSdkTool<S>;
+    set[bound.name] = sdk.tool(spec as never) as AiSdkTool<unknown>;
   }
-  return set;
+  // The image part matches M by the probe above; the schema is what M's jsonSchema made.
+  return set as AiSdkToolSet<M>;
 }
 
-/** A tool's answer as the SDK's model output: errors as error text, images as image parts. */
-export function modelOutput(output: ToolOutput): AiSdkModelOutput {
+/** A tool's answer as the SDK's model output: errors as error text, images as file parts (`image-data` for ai 6). */
+export function modelOutput(output: ToolOutput, fileParts = true): AiSdkModelOutput {
   if (output.isError) return { type: "error-text", value: output.text };
   if (!output.blocks?.length) return { type: "text", value: output.text };
   return {
     type: "content",
     value: [
       { type: "text", text: output.text },
-      ...output.blocks.map((block) => ({ type: "image-data" as const, data: block.data, mediaType: block.mimeType })),
+      ...output.blocks.map((block) =>
+        fileParts
+          ? { type: "file" as const, mediaType: block.mimeType, data: { type: "data" as const, data: block.data } }
+          : { type: "image-data" as const, data: block.data, mediaType: block.mimeType },
+      ),
     ],
   };
 }

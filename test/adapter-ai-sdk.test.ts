@@ -215,8 +215,7 @@ describe.skipIf(!AI7_RUNS && process.env.STRATA_NODE24_RUN !== "1")(`ai 7 (Node 
     const first = toolResults(model.doGenerateCalls[1]!.prompt);
     expect(first["call-1-0"]!.output).toEqual({ type: "text", value: "Created '/workspace/notes.txt' (1 line, 6 bytes)." });
     expect(first["call-1-1"]!.output.type).toBe("content");
-    expect(JSON.stringify(first["call-1-1"]!.output.value)).toContain(PNG_BASE64);
-    expect(first["call-1-1"]!.output.value).toContainEqual(expect.objectContaining({ mediaType: "image/png" }));
+    expect(first["call-1-1"]!.output.value).toContainEqual({ type: "file", mediaType: "image/png", data: { type: "data", data: PNG_BASE64 } });
     expect(first["call-1-2"]!.output).toEqual({ type: "error-text", value: expect.stringMatching(/^Invalid arguments for read_file: /) });
     expect(first["call-1-3"]!.output.type).toBe("error-text");
 
