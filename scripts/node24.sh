@@ -64,7 +64,8 @@ if ! sqlite_ok; then
   printf '{ "private": true, "dependencies": { "%s": "^24.0.0", "node-headers": "npm:%s@%s", "better-sqlite3": "%s" } }\n' \
     "$node_pkg" "$node_pkg" "$NODE24_HEADERS" "$sqlite_version" >"$NODE24_DIR/package.json"
   # npm extracts every package before it runs any install script, so the headers are there when better-sqlite3 builds.
-  (cd "$NODE24_DIR" && npm_config_nodedir="$PWD/node_modules/node-headers" npm_config_build_from_source=true \
+  # jobs=max: node-gyp compiles SQLite and the addon on every core instead of one.
+  (cd "$NODE24_DIR" && npm_config_nodedir="$PWD/node_modules/node-headers" npm_config_build_from_source=true npm_config_jobs=max \
     npm install --no-audit --no-fund --loglevel=error)
   sqlite_ok || { echo "node24: better-sqlite3 does not load on Node 24" >&2; exit 1; }
   echo "== node24: ready in $((SECONDS - started)) s"
