@@ -171,7 +171,10 @@ const KILLED_EXIT_CODE = 137;
  * sandbox's containment (an absolute path outside the workspace rejects).
  * Methods reject with the native error's message; a missing file resolves to
  * `null` (`false` for `deleteFile`) as the interface says. Docker and SSH
- * deliver stderr merged into stdout.
+ * deliver stderr merged into stdout. Commands are held to the sandbox's own
+ * `timeout` (300 s by default): a `spawn` meant to outlive it needs a sandbox
+ * made with a longer one. `listDirectory` reports files and directories only
+ * (the native listing does not mark symbolic links).
  */
 export function aiSdkSandbox(sandbox: Sandbox, options: { description?: string } = {}): AiSdkSandboxSession {
   if (!isSandbox(sandbox)) throw new TypeError("aiSdkSandbox: expected a Strata sandbox (with execute and spawn)");
