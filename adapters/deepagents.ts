@@ -9,7 +9,7 @@
  * The translation is of shapes and of the few places where deepagents' own
  * backends answer differently from Strata's contract (docs/deepagents.md):
  * its write overwrites; its read answers the window's raw lines (its read_file
- * tool numbers them) and `limit` 0 as nothing; its edit with equal strings,
+ * tool renders them, so they are never numbered twice) and `limit` 0 as nothing; its edit with equal strings,
  * or of an empty file with an empty old string, succeeds; its ls of a file or
  * of a missing directory is empty; its glob over a sandbox answers paths
  * relative to the search path and includes directories (the native glob's
@@ -48,15 +48,37 @@ import type { FileData, FilesUpdate } from "../core/types.js";
 const DEFAULT_LIMIT = 500;
 
 /**
- * Extensions deepagents' `getMimeType` maps to a non-text type: its backends
- * take a write to such a path as base64 text and store the decoded bytes.
+ * The extensions deepagents' `getMimeType` maps to a non-text type, with its
+ * types: its backends read such a file whole, as bytes, and take a write to
+ * one as base64 text; so does this adapter.
  */
-const BINARY_EXTENSIONS = new Set([
-  "png", "jpg", "jpeg", "gif", "webp", "heic", "heif",
-  "mp3", "wav", "aiff", "aac", "ogg", "flac",
-  "mp4", "webm", "mpeg", "mov", "avi", "flv", "mpg", "wmv", "3gpp",
-  "pdf", "ppt", "pptx",
-]);
+const BINARY_TYPES: Readonly<Record<string, string>> = {
+  png: "image/png",
+  jpg: "image/jpeg",
+  jpeg: "image/jpeg",
+  gif: "image/gif",
+  webp: "image/webp",
+  heic: "image/heic",
+  heif: "image/heif",
+  mp3: "audio/mpeg",
+  wav: "audio/wav",
+  aiff: "audio/aiff",
+  aac: "audio/aac",
+  ogg: "audio/ogg",
+  flac: "audio/flac",
+  mp4: "video/mp4",
+  webm: "video/webm",
+  mpeg: "video/mpeg",
+  mov: "video/quicktime",
+  avi: "video/x-msvideo",
+  flv: "video/x-flv",
+  mpg: "video/mpeg",
+  wmv: "video/x-ms-wmv",
+  "3gpp": "video/3gpp",
+  pdf: "application/pdf",
+  ppt: "application/vnd.ms-powerpoint",
+  pptx: "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+};
 
 const adapters = new WeakMap<Backend, BackendProtocolV2>();
 
@@ -92,6 +114,14 @@ function backendAdapter(backend: Backend, sandbox: boolean): BackendProtocolV2 {
     }
   };
 
+  /**
+   * deepagents' sandboxes answer ls and grep in the form they were asked (its
+   * `find` and `grep -r` echo the path given): a relative search path gets
+   * paths relative to the workspace, where commands resolve them too.
+   */
+  const asAsked = (asked: string | null | undefined, path: string): string =>
+    sandbox && typeof asked === "string" && asked !== "" && !asked.startsWith("/") ? path.slice(root === "/" ? 1 : root.length + 1) : path;
+
   return {
     async ls(path): Promise<LsResult> {
       const listed = await backend.ls(searchPath(path));
@@ -100,10 +130,15 @@ function backendAdapter(backend: Backend, sandbox: boolean): BackendProtocolV2 {
       // deepagents lists only directories: a file's listing is empty, as its own backends answer.
       const only = entries.length === 1 ? entries[0]! : undefined;
       if (only && !only.is_dir && only.path === absolute(searchPath(path) ?? "/")) return { files: [] };
-      return { files: entries };
+      return { files: entries.map((info) => ({ ...info, path: asAsked(path, info.path) })) };
     },
 
     async read(filePath, offset = 0, limit = DEFAULT_LIMIT): Promise<ReadResult> {
+      if (isBinaryPath(filePath)) {
+        // deepagents reads an image, audio, video or PDF whole, as bytes, whatever they hold.
+        const raw = await backend.readRaw(filePath);
+        return raw.error ? { error: raw.error.message } : { content: fileDataBytes(raw.data), mimeType: binaryMime(filePath) };
+      }
       const start = Number.isFinite(offset) ? Math.max(0, Math.floor(offset)) : 0;
       const count = Number.isFinite(limit) ? Math.max(0, Math.floor(limit)) : DEFAULT_LIMIT;
       if (count === 0) {
@@ -119,7 +154,7 @@ function backendAdapter(backend: Backend, sandbox: boolean): BackendProtocolV2 {
       if (read.totalLines === 0) return { content: EMPTY_FILE_REMINDER, mimeType };
       const end = read.offset + read.lineCount;
       return {
-        // The window's lines as they are: deepagents' read_file tool adds the line numbers.
+        // The window's lines as they are, never numbered: deepagents' read_file tool renders them under its range header.
         content: read.content,
         mimeType,
         totalLines: read.totalLines,
@@ -160,7 +195,8 @@ function backendAdapter(backend: Backend, sandbox: boolean): BackendProtocolV2 {
 
     async grep(pattern, path, glob, maxCount): Promise<GrepResult> {
       const found = await backend.grep(pattern, { path: searchPath(path), glob: glob ?? undefined, maxCount: maxCount ?? undefined });
-      return found.error ? { error: errorText(found.error) } : { matches: found.matches, truncated: found.truncated };
+      if (found.error) return { error: errorText(found.error) };
+      return { matches: found.matches.map((match) => ({ ...match, path: asAsked(path, match.path) })), truncated: found.truncated };
     },
 
     async glob(pattern, path): Promise<GlobResult> {
@@ -241,14 +277,19 @@ function textMime(path: string): string {
 
 /** A MIME type deepagents reads as binary, for binary content (a `.txt` holding NUL bytes is `application/octet-stream`). */
 function binaryMime(path: string): string {
-  const type = mimeTypeOf(path, false);
+  const type = binaryType(path) ?? mimeTypeOf(path, false);
   return isDeepAgentsText(type) ? "application/octet-stream" : type;
 }
 
-function isBinaryPath(path: string): boolean {
+/** deepagents' MIME type for an image, audio, video or document path, or undefined. */
+function binaryType(path: string): string | undefined {
   const name = path.slice(path.lastIndexOf("/") + 1);
   const dot = name.lastIndexOf(".");
-  return dot > 0 && BINARY_EXTENSIONS.has(name.slice(dot + 1).toLowerCase());
+  return dot > 0 ? BINARY_TYPES[name.slice(dot + 1).toLowerCase()] : undefined;
+}
+
+function isBinaryPath(path: string): boolean {
+  return binaryType(path) !== undefined;
 }
 
 /** base64 text as deepagents accepts it (a `data:` URL prefix and whitespace allowed), or null. */
@@ -264,7 +305,7 @@ function base64Bytes(text: string): Uint8Array | null {
 
 /** A stored record as deepagents' FileData v2: text as a string, bytes as a Uint8Array, with a MIME type. */
 function toDeepFileData(path: string, data: FileData): DeepFileData {
-  const text = fileDataText(data);
+  const text = isBinaryPath(path) ? null : fileDataText(data);
   return {
     content: text ?? fileDataBytes(data),
     mimeType: text === null ? binaryMime(path) : textMime(path),

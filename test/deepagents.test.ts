@@ -29,6 +29,7 @@ import { StateBackend } from "../backends/state.js";
 import { StoreBackend } from "../backends/store.js";
 import type { Backend, Sandbox } from "../core/protocol.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
+import { LocalSandbox } from "../sandboxes/local.js";
 import { SqliteStore } from "../stores/sqlite.js";
 
 interface Call {
@@ -67,7 +68,7 @@ function script(base: string): Call[] {
 const ERRORS = 2;
 
 /** Runs the script through deepagents' agent loop and answers each tool message as text. */
-async function run(backend: AnyBackendProtocol, calls: Call[]): Promise<string[]> {
+async function run(backend: AnyBackendProtocol | ((config: { state: unknown }) => AnyBackendProtocol), calls: Call[]): Promise<string[]> {
   let model = fakeModel();
   calls.forEach((call, i) => (model = model.respondWithTools([{ name: call.name, args: call.args, id: `call_${i}` }])));
   model = model.respond(new AIMessage("done"));
@@ -169,6 +170,36 @@ describe("toDeepAgents in deepagents' agent loop", () => {
     expect(answers).toEqual([`[file application/octet-stream ${base64}]`, `[file application/octet-stream ${base64}]`, "@@ lines 1-1 of 1 @@\na: 1"]);
     const raw = await toDeepAgents(backend).readRaw("/data/raw.bin");
     expect(raw.data?.content).toEqual(bytes);
+  });
+
+  it("a StateBackend on the agent's own state reads what deepagents' tools put there", async () => {
+    // The backend factory form: our StateBackend over deepagents' runtime, whose `files` the write tool updates.
+    const answers = await run((runtime) => toDeepAgents(new StateBackend(runtime as unknown as { state: Record<string, unknown> })), [
+      { name: "write_file", args: { file_path: "/s/a.txt", content: "one\ntwo\n" } },
+      { name: "read_file", args: { file_path: "/s/a.txt" } },
+      { name: "edit_file", args: { file_path: "/s/a.txt", old_string: "two", new_string: "2" } },
+      { name: "grep", args: { pattern: "2", path: "/s" } },
+    ]);
+    expect(answers.slice(1)).toEqual(["@@ lines 1-2 of 2 @@\none\ntwo", "Successfully replaced 1 occurrence(s) in '/s/a.txt'", "/s/a.txt:\n  2: 2"]);
+  });
+
+  it("answers a sandbox's relative paths as deepagents' sandboxes do: relative in, relative out", async () => {
+    const sandbox = new LocalSandbox();
+    try {
+      const adapter = toDeepAgents(sandbox);
+      await adapter.write("dir/a.txt", "needle\n");
+      await sandbox.mkdir("/dir/empty");
+      expect((await adapter.ls("dir")).files?.map((f) => f.path)).toEqual(["dir/a.txt", "dir/empty/"]);
+      expect((await adapter.ls("/dir")).files?.map((f) => f.path)).toEqual(["/dir/a.txt", "/dir/empty/"]);
+      expect((await adapter.grep("needle", "dir")).matches).toEqual([{ path: "dir/a.txt", line: 1, text: "needle" }]);
+      expect((await adapter.glob("*", "/dir")).files?.map((f) => [f.path, f.is_dir])).toEqual([
+        ["a.txt", false],
+        ["empty", true],
+      ]);
+      expect((await adapter.execute("cat dir/a.txt")).output).toBe("needle\n");
+    } finally {
+      await sandbox.close();
+    }
   });
 
   it("FilesystemBackend: the same tool messages as deepagents' FilesystemBackend", async () => {
