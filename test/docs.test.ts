@@ -9,7 +9,7 @@
  * SSH_HOST_KEY.
  */
 import { execFile } from "node:child_process";
-import { mkdtemp, readFile, readdir, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, readdir, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
@@ -44,6 +44,8 @@ let dir = "";
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "strata-docs-"));
+  // Snippets import the packages a user installs beside Strata (deepagents, …) as a user's code would.
+  await symlink(join(repo, "node_modules"), join(dir, "node_modules"), "dir");
   const entry = (path: string) => [join(repo, path)];
   await writeFile(
     join(dir, "tsconfig.json"),
