@@ -87,6 +87,8 @@ const adapters = new WeakMap<Backend, BackendProtocolV2>();
  * backend is one) also answers `execute` and `id`. One adapter per backend,
  * cached, so it can be asked for freely (from a deepagents backend factory too).
  */
+/** A composite runs commands only when its default backend is a sandbox: check with deepagents' `isSandboxBackend`. */
+export function toDeepAgents(backend: CompositeBackend): BackendProtocolV2;
 export function toDeepAgents(backend: Sandbox): SandboxBackendProtocolV2;
 export function toDeepAgents(backend: Backend): BackendProtocolV2;
 export function toDeepAgents(backend: Backend): BackendProtocolV2 {
