@@ -34,6 +34,7 @@ import type {
   WriteResult,
 } from "deepagents";
 import { CompositeBackend } from "../backends/composite.js";
+import { StateBackend } from "../backends/state.js";
 import { applyEdit } from "../core/edit.js";
 import { isStrataError, type ErrorInfo } from "../core/errors.js";
 import { decodeBase64, fileDataBytes, fileDataText } from "../core/filedata.js";
@@ -176,7 +177,10 @@ function backendAdapter(backend: Backend, sandbox: boolean): BackendProtocolV2 {
         const bytes = base64Bytes(content);
         if (!bytes) return { error: `Error: '${filePath}' is a binary file type: write its content as base64 text` };
         const [item] = await seed.uploadFiles([[filePath, bytes]]);
-        return item?.error ? { error: `Error: writing '${filePath}' failed (${item.error.replace(/_/g, " ")})` } : { path: filePath, filesUpdate: null };
+        if (item?.error) return { error: `Error: writing '${filePath}' failed (${item.error.replace(/_/g, " ")})` };
+        // An upload reports no state update; a StateBackend on the agent's own state needs one, or the next step loses the file.
+        const stored = backend instanceof StateBackend ? await backend.readRaw(filePath) : undefined;
+        return { path: filePath, filesUpdate: stored && !stored.error ? { [stored.path]: toDeepFileData(stored.path, stored.data) } : null };
       }
       const written = await backend.write(filePath, content, { overwrite: true });
       return written.error ? { error: errorText(written.error) } : { path: filePath, filesUpdate: deepUpdate(written.filesUpdate) };

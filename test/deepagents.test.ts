@@ -179,8 +179,16 @@ describe("toDeepAgents in deepagents' agent loop", () => {
       { name: "read_file", args: { file_path: "/s/a.txt" } },
       { name: "edit_file", args: { file_path: "/s/a.txt", old_string: "two", new_string: "2" } },
       { name: "grep", args: { pattern: "2", path: "/s" } },
+      { name: "write_file", args: { file_path: "/s/pixel.png", content: PIXEL } },
+      { name: "read_file", args: { file_path: "/s/pixel.png" } },
     ]);
-    expect(answers.slice(1)).toEqual(["@@ lines 1-2 of 2 @@\none\ntwo", "Successfully replaced 1 occurrence(s) in '/s/a.txt'", "/s/a.txt:\n  2: 2"]);
+    expect(answers.slice(1)).toEqual([
+      "@@ lines 1-2 of 2 @@\none\ntwo",
+      "Successfully replaced 1 occurrence(s) in '/s/a.txt'",
+      "/s/a.txt:\n  2: 2",
+      "Successfully wrote to '/s/pixel.png'",
+      `[image image/png ${PIXEL}]`,
+    ]);
   });
 
   it("answers a sandbox's relative paths as deepagents' sandboxes do: relative in, relative out", async () => {
