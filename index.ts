@@ -100,6 +100,7 @@ export {
   type FilesUpdate,
   type GlobMatcher,
   type GrepMatch,
+  type GlobOptions,
   type GrepOptions,
   type GrepResult,
   type Listing,

@@ -2,7 +2,7 @@ import { BaseBackend, failure, type DownloadAnswer, type TextWindow, type Upload
 import { errors, printable, StrataError, type ErrorCode, type ErrorInfo } from "../core/errors.js";
 import { compileGlob, searchRoot } from "../core/glob.js";
 import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
-import { isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
+import { isWithin, joinPath, normalizePath, parentOf, relativeTo, sortByPath } from "../core/paths.js";
 import { isSandbox, type Backend, type Sandbox } from "../core/protocol.js";
 import type {
   DeleteResult,
@@ -258,19 +258,31 @@ export class CompositeBackend extends BaseBackend implements Sandbox {
     return { matches: merged.matches, truncated: merged.truncated || results.some((r) => r.truncated) };
   }
 
-  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
     const root = searchRoot(path);
     const matcher = compileGlob(pattern, root);
     const results = await Promise.all(
       this.fanOut(matcher.root).map(async (t) => {
         const innerPattern = globMeansTheSame(pattern, t, root) ? pattern : "**";
-        const found = this.unwrap(t, await t.backend.glob(innerPattern, { path: t.inner })).entries;
+        const found = this.unwrap(t, await t.backend.glob(innerPattern, { path: t.inner, includeDirectories })).entries;
         return found
           .map((info) => ({ ...info, path: outer(t.prefix, info.path) }))
-          .filter((info) => this.owns(t, info.path) && matcher(info.path));
+          .filter((info) => {
+            const at = info.path.replace(/\/$/, "");
+            return this.owns(t, at) && (info.is_dir ? matcher.matchesDirectory(at) : matcher(at));
+          });
       }),
     );
-    return sortByPath(results.flat());
+    const entries = new Map(results.flat().map((info) => [info.path, info]));
+    // Mount points and the directories above them are directories, as ls shows them, even while empty.
+    if (includeDirectories) {
+      for (const { prefix } of this.routes) {
+        for (let dir = prefix; dir !== "/" && isWithin(matcher.root, dir); dir = parentOf(dir)) {
+          if (matcher.matchesDirectory(dir)) entries.set(`${dir}/`, { path: `${dir}/`, is_dir: true });
+        }
+      }
+    }
+    return sortByPath([...entries.values()]);
   }
 
   /** Answers echo each path exactly as the caller gave it (seed 000). */

@@ -362,7 +362,7 @@ export class FilesystemBackend extends BaseBackend {
     }
   }
 
-  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
     const r = this.searchPath(path);
     const matcher = compileGlob(this.virtualPattern(pattern), r.path);
     const found: FileInfo[] = [];
@@ -379,6 +379,13 @@ export class FilesystemBackend extends BaseBackend {
               const stat = lstatAtSync(dirFd, name);
               if (stat?.isFile()) found.push(this.info(filePath, stat));
             },
+            dir: includeDirectories
+              ? (dirFd, name, dirPath) => {
+                  if (!matcher.matchesDirectory(dirPath)) return;
+                  const stat = lstatAtSync(dirFd, name);
+                  if (stat?.isDirectory()) found.push(this.info(dirPath, stat));
+                }
+              : undefined,
           });
         } finally {
           await start.dir.close();

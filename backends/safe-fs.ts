@@ -235,6 +235,8 @@ function tryOpenDirSync(dirFd: number, name: string): number | undefined {
 export interface WalkOptions {
   /** Called for each regular file (symlinks and special files are skipped); may return a promise for slow work. */
   file: (dirFd: number, name: string, path: string) => void | Promise<void>;
+  /** Called for each directory before it is entered (symlinks to directories are not directories here). */
+  dir?: (dirFd: number, name: string, path: string) => void;
 }
 
 /**
@@ -273,6 +275,7 @@ export async function walkFiles(start: FileHandle, startPath: string, options: W
       // Whatever sits under an internal name (a command may make a directory of one) is as hidden as the name.
       if (isInternalName(entry.name)) continue;
       if (entry.isDirectory()) {
+        options.dir?.(frame.fd, entry.name, path);
         const fd = tryOpenDirSync(frame.fd, entry.name);
         if (fd !== undefined) enter(fd, path);
       } else if (entry.isFile()) {

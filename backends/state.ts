@@ -2,7 +2,7 @@ import { BaseBackend, type UploadAnswer, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, StrataError } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
-import { compileGlob, searchRoot } from "../core/glob.js";
+import { compileGlob, impliedDirectories, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
 import { ancestorsOf, isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
@@ -281,12 +281,16 @@ export class StateBackend extends BaseBackend {
     return capMatches(sortMatches(matches), maxCount);
   }
 
-  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
     const matcher = compileGlob(pattern, searchRoot(path));
     const found: FileInfo[] = [];
+    const under: string[] = [];
     for (const [key, data] of this.entries) {
-      if (isWithin(matcher.root, key) && matcher(key)) found.push(fileDataInfo(key, data));
+      if (!isWithin(matcher.root, key)) continue;
+      if (includeDirectories) under.push(key);
+      if (matcher(key)) found.push(fileDataInfo(key, data));
     }
+    if (includeDirectories) found.push(...impliedDirectories(matcher, under));
     return sortByPath(found);
   }
 

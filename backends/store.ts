@@ -2,7 +2,7 @@ import { BaseBackend, type UploadAnswer, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, isStrataError, StrataError } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
-import { compileGlob, searchRoot } from "../core/glob.js";
+import { compileGlob, impliedDirectories, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { ancestorsOf, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import { BackendRuntime, type BackendFactory } from "../core/protocol.js";
@@ -200,15 +200,18 @@ export class StoreBackend extends BaseBackend {
     return capMatches(sortMatches(matches), maxCount);
   }
 
-  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
     const matcher = compileGlob(pattern, searchRoot(path));
     const ns = this.namespace;
     const found: FileInfo[] = [];
+    const under: string[] = [];
     const file = matcher.root === "/" ? undefined : await this.store.get(ns, matcher.root);
     if (file && matcher(file.key)) found.push(fileDataInfo(file.key, file.value));
     for await (const key of this.keys(ns, treePrefix(matcher.root))) {
+      if (includeDirectories) under.push(key.key);
       if (matcher(key.key)) found.push(keyInfo(key));
     }
+    if (includeDirectories) found.push(...impliedDirectories(matcher, under));
     return sortByPath(found);
   }
 

@@ -137,6 +137,7 @@ export function describeNative(options: NativeOptions): void {
         ["grep", ["x", { maxCount: 0 }]],
         ["glob", [{}]],
         ["glob", ["[", { path: "/" }]],
+        ["glob", ["*", { includeDirectories: "yes" }]],
         ["stat", [undefined]],
         ["mkdir", ["/d", "recursive"]],
         ["move", ["/a", 42]],
@@ -159,6 +160,35 @@ export function describeNative(options: NativeOptions): void {
       fails(await b().read("/aborted.txt", { signal }), "aborted");
       fails(await b().grep("x", { signal }), "aborted");
       expect(await exists("/aborted.txt")).toBe(false);
+    });
+
+    it("globs directories too with includeDirectories, in the same dialect, never the search path itself", async () => {
+      await put("/gd/src/a.ts", "a");
+      await put("/gd/src/lib/b.ts", "b");
+      await put("/gd/docs/readme.md", "r");
+      const paths = async (pattern: string, options: { path?: string; includeDirectories?: boolean }) =>
+        ok(await b().glob(pattern, options), `glob ${pattern}`).entries.map((e) => e.path);
+      expect(await paths("*", { path: "/gd", includeDirectories: true })).toEqual([
+        "/gd/docs/",
+        "/gd/docs/readme.md",
+        "/gd/src/",
+        "/gd/src/a.ts",
+        "/gd/src/lib/",
+        "/gd/src/lib/b.ts",
+      ]);
+      expect(await paths("*", { path: "/gd" })).toEqual(["/gd/docs/readme.md", "/gd/src/a.ts", "/gd/src/lib/b.ts"]);
+      expect(await paths("src/*", { path: "/gd", includeDirectories: true })).toEqual(["/gd/src/a.ts", "/gd/src/lib/"]);
+      expect(await paths("**", { path: "/gd/src", includeDirectories: true })).toEqual(["/gd/src/a.ts", "/gd/src/lib/", "/gd/src/lib/b.ts"]);
+      expect(await paths("lib", { path: "/gd", includeDirectories: true })).toEqual(["/gd/src/lib/"]);
+      expect(await paths("lib", { path: "/gd" })).toEqual([]);
+      expect(await paths("/gd/s*", { includeDirectories: true })).toEqual(["/gd/src/"]);
+      expect(await paths("**", { path: "/gd/missing", includeDirectories: true })).toEqual([]);
+      const [dir] = ok(await b().glob("docs", { path: "/gd", includeDirectories: true }), "glob docs").entries;
+      expect(dir).toMatchObject({ path: "/gd/docs/", is_dir: true });
+      if (options.realDirectories) {
+        ok(await b().mkdir("/gd/empty"), "mkdir");
+        expect(await paths("e*", { path: "/gd", includeDirectories: true })).toEqual(["/gd/empty/"]);
+      }
     });
 
     describe("stat, mkdir, move, copy", () => {

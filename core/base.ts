@@ -107,7 +107,8 @@ export abstract class BaseBackend implements Backend {
   protected abstract doEdit(path: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult>;
   protected abstract doDelete(path: string): Promise<DeleteResult>;
   protected abstract doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult>;
-  protected abstract doGlob(pattern: string, path: string | null): Promise<FileInfo[]>;
+  /** Files matching; with `includeDirectories`, matching directories too (entries ending in `/`). */
+  protected abstract doGlob(pattern: string, path: string | null, includeDirectories?: boolean): Promise<FileInfo[]>;
   protected abstract doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]>;
 
   /** A window of a text file; throws `binary_file` for binary content. Backends with a faster path override it. */
@@ -439,7 +440,7 @@ export abstract class BaseBackend implements Backend {
       true,
       async (_, o) => {
         if (typeof pattern !== "string") throw errors.invalidArgument(`pattern must be a string, got ${typeName(pattern)}`);
-        return { entries: await this.doGlob(this.driverPattern(pattern), this.driverSearchPath(o.path)) };
+        return { entries: await this.doGlob(this.driverPattern(pattern), this.driverSearchPath(o.path), flag(o, "includeDirectories")) };
       },
       (v) => ({ entries: v.entries.map(this.callerInfo) }),
     );

@@ -25,10 +25,21 @@ export function isFileData(value: unknown): value is FileData {
   return typeof content === "string" && (record.encoding === "utf-8" || record.encoding === "base64");
 }
 
-/** Upgrades a v1 record; v2 records are returned as they are. */
+/**
+ * Upgrades a v1 record; v2 records are returned as they are. A record in the
+ * deepagents package's own v2 shape (`content` a string or bytes, a
+ * `mimeType`, no `encoding`), as its tools put into an agent's shared `files`
+ * state, is read as ours by the same text-or-binary rule.
+ */
 export function toFileDataV2(data: FileData): FileDataV2 {
-  if (!isFileDataV1(data)) return data;
-  return { content: data.content.join("\n"), encoding: "utf-8", created_at: data.created_at, modified_at: data.modified_at };
+  if (isFileDataV1(data)) return { content: data.content.join("\n"), encoding: "utf-8", created_at: data.created_at, modified_at: data.modified_at };
+  if ((data as { encoding?: unknown }).encoding === undefined) {
+    const content: unknown = data.content;
+    const times = { created_at: data.created_at, modified_at: data.modified_at };
+    if (ArrayBuffer.isView(content)) return { ...fileDataFromBytes(new Uint8Array(content.buffer, content.byteOffset, content.byteLength)), ...times };
+    if (typeof content === "string") return { ...fileDataFromText(content), ...times };
+  }
+  return data;
 }
 
 export function now(): string {

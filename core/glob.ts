@@ -1,6 +1,7 @@
 import picomatch from "picomatch";
 import { errors, printable } from "./errors.js";
-import { baseName, isWithin, joinPath, normalizePath, relativeTo } from "./paths.js";
+import type { FileInfo } from "./types.js";
+import { baseName, isWithin, joinPath, normalizePath, parentOf, relativeTo } from "./paths.js";
 
 /**
  * The one glob dialect: `*`, `**`, `?`, `[abc]`, `{a,b}`; dot files match.
@@ -18,6 +19,14 @@ export interface GlobMatcher {
   readonly root: string;
   /** Source pattern, for messages. */
   readonly pattern: string;
+  /** The search path the matcher was compiled for. */
+  readonly searchPath: string;
+  /**
+   * Tests a directory (its path without the trailing `/`) for `glob` with
+   * `includeDirectories`: the same match as a file's, except that the search
+   * path itself is never a result, as `find` and deepagents leave it out.
+   */
+  matchesDirectory(path: string): boolean;
 }
 
 /** Compiles `pattern` for searches under `searchPath` (a normalised absolute path). */
@@ -45,8 +54,27 @@ export function compileGlob(pattern: string, searchPath = "/"): GlobMatcher {
     const relative = relativeTo(base, path);
     return relative !== "" && test(relative);
   }) as GlobMatcher;
-  Object.defineProperties(matcher, { root: { value: root }, pattern: { value: pattern } });
+  Object.defineProperties(matcher, {
+    root: { value: root },
+    pattern: { value: pattern },
+    searchPath: { value: searchPath },
+    matchesDirectory: { value: (path: string) => path !== searchPath && path !== "/" && matcher(path) },
+  });
   return matcher;
+}
+
+/**
+ * The directories a glob with `includeDirectories` finds in a backend whose
+ * directories exist while they hold a file (state, stores): the ancestors of
+ * `files` at or under the matcher's root that it matches, as listing entries
+ * (path ending in `/`, `is_dir: true`, as `ls` shows them).
+ */
+export function impliedDirectories(matcher: GlobMatcher, files: Iterable<string>): FileInfo[] {
+  const seen = new Set<string>();
+  for (const file of files) {
+    for (let dir = parentOf(file); dir !== "/" && isWithin(matcher.root, dir) && !seen.has(dir); dir = parentOf(dir)) seen.add(dir);
+  }
+  return [...seen].filter((dir) => matcher.matchesDirectory(dir)).map((dir) => ({ path: `${dir}/`, is_dir: true }));
 }
 
 /** Leading segments of a pattern that contain no glob syntax. */

@@ -41,6 +41,7 @@ export type {
   FileUploadResponse,
   FilesUpdate,
   GrepMatch,
+  GlobOptions,
   GrepOptions,
   GrepResult,
   Listing,

@@ -7,6 +7,7 @@ import type {
   ExecuteResponse,
   FileData,
   FileInfo,
+  GlobOptions,
   GrepOptions,
   GrepResult,
   Listing,
@@ -16,7 +17,6 @@ import type {
   ReadContent,
   ReadOptions,
   Result,
-  SearchOptions,
   SpawnOptions,
   SpawnedProcess,
   TransferOptions,
@@ -47,8 +47,8 @@ export interface Backend {
   delete(path: string, options?: OperationOptions): Promise<Result<Changed>>;
   /** Literal search: matches sorted by path then line, `truncated` when `maxCount` cut them. */
   grep(pattern: string, options?: GrepOptions): Promise<Result<GrepResult>>;
-  /** Files (not directories) under `options.path` matching the glob, sorted by path. */
-  glob(pattern: string, options?: SearchOptions): Promise<Result<Listing>>;
+  /** Files under `options.path` matching the glob (and directories with `includeDirectories`), sorted by path. */
+  glob(pattern: string, options?: GlobOptions): Promise<Result<Listing>>;
   /** What is at a path: a file (size, modification time) or a directory (path ending in `/`). */
   stat(path: string, options?: OperationOptions): Promise<Result<FileInfo>>;
   /** Creates a directory (and its parents with `recursive`). */

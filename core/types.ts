@@ -174,6 +174,11 @@ export interface SearchOptions extends OperationOptions {
   path?: string | null;
 }
 
+export interface GlobOptions extends SearchOptions {
+  /** Match directories too; they come back as `ls` shows them (path ending in `/`, `is_dir: true`). Default false: files only. */
+  includeDirectories?: boolean;
+}
+
 export interface GrepOptions extends SearchOptions {
   /** Only files matching this glob (the same dialect as `glob`). */
   glob?: string | null;

@@ -983,18 +983,25 @@ find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -
     return capMatches(sortMatches(matches), maxCount);
   }
 
-  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
+  /** One `find` for files and, with `includeDirectories`, directories: one round trip either way. */
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
     this.assertOpen();
     const matcher = compileGlob(pattern, searchRoot(path));
+    const types = includeDirectories ? "\\( -type f -o -type d \\)" : "-type f";
     const { payload } = await this.runScript(
       matcher.root,
       `echo ok
-find -H ${shellQuote(this.sandboxPath(matcher.root))} \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +`,
+find -H ${shellQuote(this.sandboxPath(matcher.root))} \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o ${types} -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +`,
     );
     const found: FileInfo[] = [];
     for (const entry of parseStatBatches(payload)) {
       const file = this.addressable(entry.name);
-      if (file !== undefined && !RESERVED_NAME.test(baseName(file)) && matcher(file)) found.push(fileInfo(file, entry));
+      if (file === undefined || RESERVED_NAME.test(baseName(file))) continue;
+      if (entry.isDir) {
+        if (matcher.matchesDirectory(file)) found.push({ path: `${file}/`, is_dir: true });
+      } else if (matcher(file)) {
+        found.push(fileInfo(file, entry));
+      }
     }
     return sortByPath(found);
   }

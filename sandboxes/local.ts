@@ -145,9 +145,9 @@ export class LocalSandbox extends BaseSandbox {
     return unwrap(await this.files.grep(pattern, { path, glob, maxCount }));
   }
 
-  protected override async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
+  protected override async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
     this.assertOpen();
-    return unwrap(await this.files.glob(pattern, { path })).entries;
+    return unwrap(await this.files.glob(pattern, { path, includeDirectories })).entries;
   }
 
   protected override async doStat(path: string): Promise<FileInfo> {

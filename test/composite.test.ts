@@ -197,3 +197,16 @@ describe("CompositeBackend across mount points", () => {
     expect(down!.error).toBeNull();
   });
 });
+
+describe("composite glob with includeDirectories", () => {
+  it("answers mount points and the directories above them, even while empty, once each", async () => {
+    const composite = new CompositeBackend({ default: new StateBackend(), routes: { "/a/mem": new StateBackend(), "/b": new StateBackend() } });
+    await composite.write("/a/x.txt", "x");
+    await composite.write("/b/in/y.txt", "y");
+    const all = await composite.glob("**", { includeDirectories: true });
+    expect(all.entries?.map((e) => e.path)).toEqual(["/a/", "/a/mem/", "/a/x.txt", "/b/", "/b/in/", "/b/in/y.txt"]);
+    const named = await composite.glob("mem", { path: "/a", includeDirectories: true });
+    expect(named.entries).toEqual([{ path: "/a/mem/", is_dir: true }]);
+    expect((await composite.glob("**", { path: "/b" })).entries?.map((e) => e.path)).toEqual(["/b/in/y.txt"]);
+  });
+});

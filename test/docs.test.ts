@@ -44,7 +44,7 @@ let dir = "";
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "strata-docs-"));
-  // Third-party packages a snippet imports (ai, @langchain/core) resolve from the checkout's node_modules.
+  // Snippets import the packages a user installs beside Strata (ai, @langchain/core, deepagents) as a user's code would.
   await symlink(join(repo, "node_modules"), join(dir, "node_modules"), "dir");
   const entry = (path: string) => [join(repo, path)];
   await writeFile(

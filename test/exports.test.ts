@@ -106,6 +106,7 @@ const CORE_TYPES = [
   "FileUploadResponse",
   "FilesUpdate",
   "GlobMatcher",
+  "GlobOptions",
   "GrepMatch",
   "GrepOptions",
   "GrepResult",

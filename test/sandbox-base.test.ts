@@ -8,6 +8,7 @@
 import { writeFileSync } from "node:fs";
 import nodePath from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { toDeepAgents } from "../adapters/deepagents.js";
 import { StateBackend } from "../backends/state.js";
 import { formatRead } from "../core/format.js";
 import { toSeedProtocol } from "../core/seed.js";
@@ -94,6 +95,8 @@ for (const target of targets) {
       expect(await trips(() => sandbox.readRaw("/a/x.txt"))).toBe(1);
       expect(await trips(() => sandbox.lsInfo("/a"))).toBe(1);
       expect(await trips(() => sandbox.globInfo("**/*.txt"))).toBe(1);
+      expect(await trips(() => native.glob("*", { includeDirectories: true }))).toBe(1);
+      expect(await trips(async () => toDeepAgents(native).glob("**"))).toBe(1);
       expect(await trips(() => sandbox.grep("two", "/", "*.txt"))).toBe(1);
       expect(await trips(() => sandbox.edit("/a/x.txt", "two", "three"))).toBe(2);
       const files = Array.from({ length: 50 }, (_, i) => [`/many/${i}.txt`, bytes(`file ${i}`)] as const);
