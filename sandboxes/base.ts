@@ -26,6 +26,8 @@ import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCoun
 import { type Quota, type Usage, byteCount, checkQuota, timeoutSeconds } from "../core/limits.js";
 import { baseName, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import type { Sandbox } from "../core/protocol.js";
+import type { PermissionOptions } from "../core/permissions.js";
+import { guarded } from "../backends/permissions.js";
 import { checkSpawn, spawnFromExecute } from "./spawn.js";
 import type {
   DeleteResult,
@@ -114,6 +116,13 @@ export interface BaseSandboxOptions {
   timeout?: number;
   /** Output bytes kept per command (default SANDBOX_DEFAULTS.maxOutputBytes, 1 MiB); past 64 times that, the command is killed. */
   maxOutputBytes?: number;
+  /**
+   * Permission rules on every file operation and command (docs/permissions.md).
+   * Default `{ rules: SECRETS_PRESET }`. `{ rules, ask }` replaces it; false
+   * turns rules off. Bubblewrap and Docker also hide what the rules deny for
+   * reading from commands; Local and SSH cannot.
+   */
+  permissions?: PermissionOptions | false;
 }
 
 /** Limits on a sandbox's processes together, for the sandboxes that can set them (bubblewrap, docker). */
@@ -215,6 +224,8 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     this.settings = sandboxLimits(options);
     this.quota = this.settings.quota;
     this.guardEntryPoints();
+    // The caller gets the instance behind its permission rules (the instance itself, guarded; see guarded()).
+    return guarded(this, options.permissions);
   }
 
   get closed(): boolean {

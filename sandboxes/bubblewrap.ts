@@ -173,7 +173,7 @@ export class BubblewrapSandbox extends BaseSandbox {
     }
     this.hostWorkspace = realpathSync(dir);
     if (this.ownsWorkspace && this.sandboxUser) chownSync(this.hostWorkspace, this.sandboxUser.uid, this.sandboxUser.gid);
-    this.hostFiles = new FilesystemBackend({ workspace: this.hostWorkspace, quota: this.quota });
+    this.hostFiles = new FilesystemBackend({ workspace: this.hostWorkspace, quota: this.quota, permissions: false });
     this.id = `bwrap-${process.pid}-${++counter}`;
   }
 

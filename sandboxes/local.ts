@@ -65,7 +65,7 @@ export class LocalSandbox extends BaseSandbox {
     this.workspace = realpathSync(dir);
     this.id = `local-${process.pid}-${++counter}`;
     // The sandbox's quota (defaults applied by BaseSandbox), kept by the backend every file operation goes through.
-    this.files = new FilesystemBackend({ workspace: this.workspace, quota: this.quota });
+    this.files = new FilesystemBackend({ workspace: this.workspace, quota: this.quota, permissions: false });
     this.env = options.env ?? { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", HOME: this.workspace, LANG: "C.UTF-8" };
   }
 
