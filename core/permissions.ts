@@ -153,6 +153,11 @@ export class PermissionPolicy {
     return best;
   }
 
+  /** Whether some rule denies `operation` somewhere. */
+  hasDenials(operation: PermissionOperation): boolean {
+    return this.compiled.some((c) => c.rule.action === "deny" && c.operations.has(operation));
+  }
+
   /** Whether `operation` on `path` is denied outright (a sandbox masks such paths from its commands). */
   denies(operation: PermissionOperation, path: string): boolean {
     return this.check(operation, path).action === "deny";

@@ -26,7 +26,7 @@ import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCoun
 import { type Quota, type Usage, byteCount, checkQuota, timeoutSeconds } from "../core/limits.js";
 import { baseName, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import type { Sandbox } from "../core/protocol.js";
-import type { PermissionOptions } from "../core/permissions.js";
+import { PermissionPolicy, SECRETS_PRESET, type PermissionOptions, type PermissionRule } from "../core/permissions.js";
 import { guarded } from "../backends/permissions.js";
 import { checkSpawn, spawnFromExecute } from "./spawn.js";
 import type {
@@ -216,6 +216,11 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   private readonly commandSignals = new WeakSet<AbortSignal>();
   /** Option objects of the derived operations' own scripts (they do not make the usage stale). */
   private readonly ownScripts = new WeakSet<object>();
+  /** The options objects of derived operations' scripts as a subclass's doExecute receives them (they see every file; commands may not). */
+  private readonly ownRuns = new WeakSet<object>();
+  /** The permission rules this sandbox was made with; undefined when they are off. */
+  private readonly permissionRules: readonly PermissionRule[] | undefined;
+  private rulePolicy: PermissionPolicy | undefined;
   /** Workspace usage as last measured plus the deltas of our own writes; undefined once a command may have changed it. */
   private usage: Usage | undefined;
 
@@ -224,6 +229,7 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     this.settings = sandboxLimits(options);
     this.quota = this.settings.quota;
     this.guardEntryPoints();
+    this.permissionRules = options.permissions === false ? undefined : (options.permissions?.rules ?? SECRETS_PRESET);
     // The caller gets the instance behind its permission rules (the instance itself, guarded; see guarded()).
     return guarded(this, options.permissions);
   }
@@ -249,6 +255,18 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     if (signal && this.commandSignals.has(signal)) return signal;
     // Only reached by a command that bypassed the guarded execute; close() cannot reach it, so it is tied to the caller's signal alone.
     return signal ?? new AbortController().signal;
+  }
+
+  /**
+   * What a command must not see: the rules, when one of them denies reading,
+   * for a caller's command (a derived operation's own script sees every file;
+   * the permission wrapper has already decided what it may touch). Bubblewrap
+   * and Docker hide the paths these rules deny from the command.
+   */
+  protected hiddenFromCommand(options: ExecuteOptions): PermissionPolicy | undefined {
+    if (this.permissionRules === undefined || this.ownRuns.has(options)) return undefined;
+    this.rulePolicy ??= new PermissionPolicy(this.permissionRules, this.workspace);
+    return this.rulePolicy.hasDenials("read") ? this.rulePolicy : undefined;
   }
 
   private closedSandboxError(): StrataError {
@@ -340,8 +358,10 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     const signal = checked.signal ? AbortSignal.any([checked.signal, controller.signal]) : controller.signal;
     this.commandSignals.add(signal);
     this.liveCommands.add(controller);
+    const run = { ...checked, signal };
+    if (own) this.ownRuns.add(run);
     try {
-      return await inner.call(this, command as string, { ...checked, signal });
+      return await inner.call(this, command as string, run);
     } catch (error) {
       throw this.closedIfClosing(error);
     } finally {

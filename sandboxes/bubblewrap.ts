@@ -56,6 +56,7 @@ import {
   writePrivateFile,
 } from "./bubblewrap-host.js";
 import { lockName } from "./shell.js";
+import { type Denied, findDenied } from "./masks.js";
 
 export type { SandboxUser } from "./bubblewrap-host.js";
 
@@ -206,6 +207,9 @@ export class BubblewrapSandbox extends BaseSandbox {
     const env = { ...setup.env, ...options.env };
     const bwrapArgs = ["--args", "3", "--clearenv"];
     for (const [name, value] of Object.entries(env)) bwrapArgs.push("--setenv", name, value);
+    // What the rules deny for reading is hidden from the command: found on the host now, masked in its mount namespace.
+    const hidden = this.hiddenFromCommand(options);
+    if (hidden) bwrapArgs.push(...maskArgs(await findDenied(this.hostWorkspace, SANDBOX_WORKSPACE, hidden)));
     bwrapArgs.push("--chdir", this.sandboxPath(cwd), "/bin/sh", "-c", command);
     const response = await runProcess({
       file: "/bin/sh",
@@ -424,6 +428,22 @@ export class BubblewrapSandbox extends BaseSandbox {
       oomKillsSeen: cgroups.memory ? await oomKills(cgroups.memory) : 0,
     };
   }
+}
+
+/**
+ * bwrap arguments that hide each denied path: a file becomes /dev/null
+ * (read-only: empty, unwritable), a directory an empty read-only tmpfs. The
+ * mounts come after the workspace's bind, in the command's own namespace; a
+ * mounted-over path cannot be renamed or linked from inside (EBUSY, EXDEV).
+ */
+function maskArgs(denied: Denied[]): string[] {
+  const args: string[] = [];
+  for (const { path, dir } of denied) {
+    const target = `${SANDBOX_WORKSPACE}/${path}`;
+    if (dir) args.push("--tmpfs", target, "--remount-ro", target);
+    else args.push("--ro-bind", "/dev/null", target);
+  }
+  return args;
 }
 
 interface Setup {

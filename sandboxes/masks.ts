@@ -1,0 +1,114 @@
+/**
+ * Finding what a sandbox hides from a command: the paths its permission rules
+ * deny for reading. Bubblewrap walks the host directory behind the workspace
+ * (findDenied); Docker asks `find` inside the container (denialFindScript),
+ * then keeps only what the rules match exactly (the same PermissionPolicy).
+ */
+import { readdir } from "node:fs/promises";
+import nodePath from "node:path";
+import type { PermissionPolicy, PermissionRule } from "../core/permissions.js";
+import { joinPath } from "../core/paths.js";
+import { shellQuote } from "./shell.js";
+
+/** A path to hide, relative to the workspace, and whether it is a directory (hidden whole). */
+export interface Denied {
+  path: string;
+  dir: boolean;
+}
+
+/**
+ * Walks `hostDir` (the workspace, whose virtual root is `root`) without
+ * following a symlink: a symlink is never hidden itself (what it names is, if
+ * the rules deny it). A denied directory is not entered: it is hidden whole.
+ * Entries that vanish meanwhile are skipped.
+ */
+export async function findDenied(hostDir: string, root: string, policy: PermissionPolicy): Promise<Denied[]> {
+  const denied: Denied[] = [];
+  const walk = async (relative: string): Promise<void> => {
+    let entries;
+    try {
+      entries = await readdir(relative === "" ? hostDir : nodePath.join(hostDir, relative), { withFileTypes: true });
+    } catch {
+      return;
+    }
+    const below: string[] = [];
+    for (const entry of entries) {
+      if (entry.isSymbolicLink()) continue;
+      const path = relative === "" ? entry.name : `${relative}/${entry.name}`;
+      if (policy.denies("read", joinPath(root, path))) denied.push({ path, dir: entry.isDirectory() });
+      else if (entry.isDirectory()) below.push(path);
+    }
+    await Promise.all(below.map(walk));
+  };
+  await walk("");
+  return denied;
+}
+
+/**
+ * A shell script that prints (NUL-separated, relative to $W) every file and
+ * directory under $W a deny rule on reading may match and that is not yet
+ * locked (owned by root with no access for others). find's patterns are
+ * looser than the rules' globs (`*` crosses `/`), so the caller filters the
+ * answer through the policy. A rule without paths matches everything: then
+ * every path is a candidate.
+ */
+export function denialFindScript(rules: readonly PermissionRule[]): string | undefined {
+  const tests: string[] = [];
+  for (const rule of rules) {
+    if (rule.action !== "deny") continue;
+    const ops = rule.operations === undefined ? ["read"] : typeof rule.operations === "string" ? [rule.operations] : rule.operations;
+    if (!ops.includes("read")) continue;
+    if (rule.paths === undefined) return 'cd "$W" && find . -mindepth 1 \\( -type f -o -type d \\) \\( ! -user 0 -o -perm /077 \\) -print0';
+    for (const pattern of typeof rule.paths === "string" ? [rule.paths] : rule.paths) tests.push(...findTests(pattern));
+  }
+  if (tests.length === 0) return undefined;
+  return `cd "$W" && find . -mindepth 1 \\( ${tests.join(" -o ")} \\) \\( -type f -o -type d \\) \\( ! -user 0 -o -perm /077 \\) -print0`;
+}
+
+/** find tests for one glob: -name for a basename pattern, -path (with `**` as `*`, and without it) otherwise. */
+function findTests(pattern: string): string[] {
+  const out: string[] = [];
+  for (const variant of expandBraces(pattern)) {
+    const body = variant.replace(/^\/+/, "");
+    if (!variant.includes("/")) {
+      out.push(`-name ${shellQuote(variant)}`);
+      continue;
+    }
+    // Anchored at any depth (`*` also crosses `/`): looser than the glob, which the caller applies to what is found.
+    const parts = body.split("/").filter((p) => p !== "");
+    let variants = [""];
+    for (const part of parts) {
+      variants = variants.flatMap((v) => (part === "**" ? [v, `${v}/*`] : [`${v}/${part.replace(/\*\*/g, "*")}`]));
+    }
+    for (const v of variants) out.push(`-path ${shellQuote(`*${v}`)}`);
+  }
+  return out;
+}
+
+/** `{a,b}` alternatives, expanded (nested ones too); find's patterns have none. */
+function expandBraces(pattern: string): string[] {
+  const open = pattern.search(/(?<!\\)\{/);
+  if (open === -1) return [pattern];
+  let depth = 0;
+  let close = -1;
+  const commas: number[] = [];
+  for (let i = open; i < pattern.length; i++) {
+    const c = pattern[i];
+    if (c === "\\") {
+      i++;
+      continue;
+    }
+    if (c === "{") depth++;
+    else if (c === "}" && --depth === 0) {
+      close = i;
+      break;
+    } else if (c === "," && depth === 1) commas.push(i);
+  }
+  if (close === -1) return [pattern];
+  const bounds = [open, ...commas, close];
+  const head = pattern.slice(0, open);
+  const tail = pattern.slice(close + 1);
+  const out: string[] = [];
+  for (let i = 0; i < bounds.length - 1; i++) out.push(...expandBraces(head + pattern.slice(bounds[i]! + 1, bounds[i + 1]) + tail));
+  return out;
+}
