@@ -26,7 +26,7 @@ import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCoun
 import { type Quota, type Usage, byteCount, checkQuota, timeoutSeconds } from "../core/limits.js";
 import { baseName, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import type { Sandbox } from "../core/protocol.js";
-import { PermissionPolicy, SECRETS_PRESET, type PermissionOptions, type PermissionRule } from "../core/permissions.js";
+import { PermissionPolicy, SECRETS_PRESET, looksSecret, type PermissionOptions, type PermissionRule } from "../core/permissions.js";
 import { guarded } from "../backends/permissions.js";
 import { checkSpawn, spawnFromExecute } from "./spawn.js";
 import type {
@@ -123,6 +123,37 @@ export interface BaseSandboxOptions {
    * reading from commands; Local and SSH cannot.
    */
   permissions?: PermissionOptions | false;
+  /**
+   * Host environment variables every command receives, by name, read from
+   * this process's environment when the sandbox is made (an unset one is
+   * left out). Commands get no other host variable. A name that looks
+   * secret (containing KEY, SECRET, TOKEN or PASSWORD, any case) is refused
+   * unless `allowSecretEnv` names it too. The `env` option's values win over these.
+   */
+  passEnv?: readonly string[];
+  /** The secret-looking names of `passEnv` that are meant to pass: the explicit opt-in. */
+  allowSecretEnv?: readonly string[];
+}
+
+/**
+ * The host variables `passEnv` names, as they are now. Throws
+ * `invalid_argument` for a secret-looking name not in `allowSecretEnv`, so
+ * the mistake stops the constructor instead of leaking a credential.
+ */
+export function passedHostEnv(options: Pick<BaseSandboxOptions, "passEnv" | "allowSecretEnv">): Record<string, string> {
+  const names = options.passEnv ?? [];
+  const allowed = options.allowSecretEnv ?? [];
+  if (!Array.isArray(names) || names.some((n) => typeof n !== "string" || !ENV_NAME.test(n))) throw errors.invalidArgument("passEnv must be an array of environment variable names");
+  if (!Array.isArray(allowed) || allowed.some((n) => typeof n !== "string")) throw errors.invalidArgument("allowSecretEnv must be an array of environment variable names");
+  const env: Record<string, string> = {};
+  for (const name of names as string[]) {
+    if (looksSecret(name) && !(allowed as string[]).includes(name)) {
+      throw errors.invalidArgument(`passEnv names '${printable(name)}', which looks secret (KEY, SECRET, TOKEN or PASSWORD); list it in allowSecretEnv too to pass it`);
+    }
+    const value = process.env[name];
+    if (value !== undefined) env[name] = value;
+  }
+  return env;
 }
 
 /** Limits on a sandbox's processes together, for the sandboxes that can set them (bubblewrap, docker). */
@@ -218,6 +249,8 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   private readonly ownScripts = new WeakSet<object>();
   /** The options objects of derived operations' scripts as a subclass's doExecute receives them (they see every file; commands may not). */
   private readonly ownRuns = new WeakSet<object>();
+  /** The host variables `passEnv` named, read when the sandbox was made; each subclass hands them to every command. */
+  protected readonly passedEnv: Readonly<Record<string, string>>;
   /** The permission rules this sandbox was made with; undefined when they are off. */
   private readonly permissionRules: readonly PermissionRule[] | undefined;
   private rulePolicy: PermissionPolicy | undefined;
@@ -229,6 +262,7 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     this.settings = sandboxLimits(options);
     this.quota = this.settings.quota;
     this.guardEntryPoints();
+    this.passedEnv = passedHostEnv(options);
     this.permissionRules = options.permissions === false ? undefined : (options.permissions?.rules ?? SECRETS_PRESET);
     // The caller gets the instance behind its permission rules (the instance itself, guarded; see guarded()).
     return guarded(this, options.permissions);

@@ -161,7 +161,7 @@ export class BubblewrapSandbox extends BaseSandbox {
     positiveInteger(options.cpuSeconds, "cpuSeconds");
     if (options.network !== undefined && typeof options.network !== "boolean") throw errors.invalidArgument("network must be true or false");
     checkCommand("", options.env);
-    this.baseEnv = { ...options.env };
+    this.baseEnv = { ...this.passedEnv, ...options.env };
     this.quotaBytes = this.quota?.maxBytes;
     this.memoryBytes = this.settings.memoryMb * 1024 * 1024;
     this.maxProcesses = this.settings.maxProcesses;

@@ -440,7 +440,7 @@ export class DockerSandbox extends BaseSandbox {
     if (hidden) await this.lockDenied(hidden);
 
     // The caller's environment goes into the exec's configuration only: it reaches the command inside the container, no host process.
-    const env = { ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
+    const env = { ...this.passedEnv, ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
     let exec: Docker.Exec;
     let stream: Duplex;
     try {
