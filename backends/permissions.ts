@@ -96,12 +96,17 @@ export class PermissionedBackend extends BaseBackend {
     return decision.input;
   }
 
-  /** Every file under a directory (the directory itself already authorised) must pass too: a tree is not a way around a rule. */
+  /**
+   * Every file under a directory (the directory itself already authorised)
+   * must pass too: a tree is not a way around a rule. One listing (a glob
+   * under a file finds at most the file); skipped when no rule could refuse.
+   * If the listing fails, the operation itself reports why.
+   */
   private async authorizeTree(operations: PermissionOperation[], method: string, driverPath: string, mapTo?: (file: string) => string): Promise<void> {
-    const info = await this.inner.stat(this.caller(driverPath));
-    if (info.error || !info.is_dir) return;
-    const files = this.unwrap(await this.inner.glob("**", { path: this.caller(driverPath) })).entries;
-    for (const file of files) {
+    if (!operations.some((op) => this.policy.hasRestrictions(op))) return;
+    const listed = await this.inner.glob("**", { path: this.caller(driverPath) });
+    if (listed.error) return;
+    for (const file of listed.entries) {
       const path = this.driver(file.path);
       for (const op of operations) await this.authorize(op, method, mapTo ? mapTo(path) : path);
     }
@@ -341,13 +346,18 @@ export class PermissionedSandbox extends PermissionedBackend implements Sandbox 
   /** The options are read once, so the cwd checked is the cwd used; a bad command or cwd is left to the sandbox to refuse. */
   private async gateCommand<O extends { cwd?: string }>(command: string, options: O | undefined, method: string): Promise<{ error: ErrorInfo } | { command: string; options: O | undefined }> {
     let copy: O | undefined;
-    let cwd: string;
     try {
       copy = options === undefined || options === null || typeof options !== "object" ? options : { ...options };
+    } catch {
+      return { error: toErrorInfo(errors.invalidArgument("options could not be read (a getter or a Proxy threw)")) };
+    }
+    let cwd: string;
+    try {
       const given = copy?.cwd;
-      cwd = typeof given === "string" ? (given.startsWith("/") ? normalizePath(given) : joinPath(this.root, given)) : this.root;
-    } catch (error) {
-      return { error: toErrorInfo(error) };
+      cwd = given === undefined ? this.root : normalizePath(typeof given === "string" && !given.startsWith("/") ? joinPath(this.root, given) : (given as string));
+    } catch {
+      // No path, so no rule to match: the sandbox refuses it with its own code.
+      return { command, options: copy };
     }
     if (typeof command !== "string") return { command, options: copy };
     const decision = await this.decide("execute", method, cwd, { command });

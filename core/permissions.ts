@@ -5,7 +5,7 @@
  */
 import { StrataError, errors, printable } from "./errors.js";
 import { compileGlob } from "./glob.js";
-import { normalizePath, parentOf } from "./paths.js";
+import { parentOf } from "./paths.js";
 
 /**
  * What a rule governs. The native operations map onto these:
@@ -139,9 +139,14 @@ export class PermissionPolicy {
     return this.compiled.some((c) => c.rule.action !== "allow");
   }
 
-  /** The verdict for `operation` on `path` (a caller path; a trailing `/` is ignored). */
+  /**
+   * The verdict for `operation` on `path`, a normalised absolute path as the
+   * caller names it (a directory's trailing `/` is ignored). Not validated
+   * again: a sandbox also asks about names no API path may take (its own
+   * lock files), which rules match like any other.
+   */
   check(operation: PermissionOperation, path: string): PermissionVerdict {
-    const target = normalizePath(path.length > 1 ? path.replace(/\/+$/, "") : path);
+    const target = path.length > 1 ? path.replace(/\/+$/, "") : path;
     let best: PermissionVerdict = { action: "allow" };
     for (const c of this.compiled) {
       // Only a stronger action can change the verdict (the first rule of an action is the one named).
@@ -151,6 +156,11 @@ export class PermissionPolicy {
       best = { action: c.rule.action, rule: c.rule, pattern };
     }
     return best;
+  }
+
+  /** Whether some rule could refuse `operation` (deny or ask) somewhere. */
+  hasRestrictions(operation: PermissionOperation): boolean {
+    return this.compiled.some((c) => c.rule.action !== "allow" && c.operations.has(operation));
   }
 
   /** Whether some rule denies `operation` somewhere. */

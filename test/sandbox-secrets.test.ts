@@ -177,7 +177,8 @@ describe("no host environment unless named; secret-looking names need the opt-in
         const sandbox = await make({ passEnv: ["STRATA_TEST_PLAIN", "STRATA_TEST_API_TOKEN", "STRATA_TEST_NOT_SET"], allowSecretEnv: ["STRATA_TEST_API_TOKEN"] });
         try {
           const answer = await sandbox.execute('echo "[$STRATA_TEST_PLAIN][$STRATA_TEST_API_TOKEN][${STRATA_TEST_NOT_SET-unset}][$STRATA_TEST_UNNAMED]"; env');
-          expect(answer.output.split("\n")[0]).toBe("[plain-value][token-value][unset][]");
+          expect(answer.error).toBeUndefined();
+          expect(answer.output!.split("\n")[0]).toBe("[plain-value][token-value][unset][]");
           expect(answer.output).not.toContain("unnamed-value");
         } finally {
           await sandbox.close();
