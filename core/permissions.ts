@@ -115,7 +115,7 @@ const STRENGTH: Record<PermissionAction, number> = { allow: 0, ask: 1, deny: 2 }
 interface CompiledRule {
   rule: PermissionRule;
   operations: ReadonlySet<PermissionOperation>;
-  matchers: Array<{ pattern: string; test: (path: string) => boolean }> | null;
+  matchers: Matcher[] | null;
 }
 
 /**
@@ -146,12 +146,25 @@ export class PermissionPolicy {
    * lock files), which rules match like any other.
    */
   check(operation: PermissionOperation, path: string): PermissionVerdict {
+    return this.verdict(operation, path, true);
+  }
+
+  /**
+   * The verdict on `path` from the rules that match it alone, not an
+   * ancestor: for a walk that stops at a denied directory, whose every
+   * ancestor was therefore already found allowed.
+   */
+  checkOwn(operation: PermissionOperation, path: string): PermissionVerdict {
+    return this.verdict(operation, path, false);
+  }
+
+  private verdict(operation: PermissionOperation, path: string, ancestors: boolean): PermissionVerdict {
     const target = path.length > 1 ? path.replace(/\/+$/, "") : path;
     let best: PermissionVerdict = { action: "allow" };
     for (const c of this.compiled) {
       // Only a stronger action can change the verdict (the first rule of an action is the one named).
       if (!c.operations.has(operation) || (best.rule && STRENGTH[c.rule.action] <= STRENGTH[best.action])) continue;
-      const pattern = c.matchers === null ? "**" : matchedPattern(c.matchers, target);
+      const pattern = c.matchers === null ? "**" : matchedPattern(c.matchers, target, ancestors);
       if (pattern === undefined) continue;
       best = { action: c.rule.action, rule: c.rule, pattern };
     }
@@ -174,12 +187,36 @@ export class PermissionPolicy {
   }
 }
 
-function matchedPattern(matchers: Array<{ pattern: string; test: (path: string) => boolean }>, path: string): string | undefined {
+function matchedPattern(matchers: Matcher[], path: string, ancestors: boolean): string | undefined {
   // The path and each ancestor: a rule on a directory covers what lies under it.
   for (let p = path; ; p = parentOf(p)) {
     for (const m of matchers) if (m.test(p)) return m.pattern;
-    if (p === "/") return undefined;
+    if (p === "/" || !ancestors) return undefined;
   }
+}
+
+interface Matcher {
+  pattern: string;
+  test: (path: string) => boolean;
+}
+
+/** Answers per basename are kept (a walk meets the same names in every directory), up to this many per pattern. */
+const BASENAME_CACHE = 4096;
+
+/** A basename pattern's test, remembering its answer per name: the glob is a regular expression, a lookup is cheaper. */
+function basenameTest(pattern: string): (path: string) => boolean {
+  const test = compileGlob(pattern, "/");
+  const seen = new Map<string, boolean>();
+  return (path) => {
+    const name = path.slice(path.lastIndexOf("/") + 1);
+    let answer = seen.get(name);
+    if (answer === undefined) {
+      if (seen.size >= BASENAME_CACHE) seen.clear();
+      answer = path !== "/" && test(`/${name}`);
+      seen.set(name, answer);
+    }
+    return answer;
+  };
 }
 
 function compileRule(rule: PermissionRule, index: number, root: string): CompiledRule {
@@ -216,7 +253,14 @@ function compileRule(rule: PermissionRule, index: number, root: string): Compile
  */
 function compilePattern(pattern: string, root: string, anchored = false): (path: string) => boolean {
   const body = pattern.replace(/^\/+/, "");
-  if (body.includes("/") || (!pattern.startsWith("/") && !anchored)) return compileGlob(pattern, root);
+  if (body.includes("/")) {
+    const glob = compileGlob(pattern, root);
+    // A literal last segment (`**/.aws/credentials`) rules out almost every path with one comparison.
+    const last = body.slice(body.lastIndexOf("/") + 1);
+    if (last === "" || /[*?[\]{}\\]/.test(last)) return glob;
+    return (path) => path.endsWith(`/${last}`) && glob(path);
+  }
+  if (!pattern.startsWith("/") && !anchored) return basenameTest(pattern);
   const base = pattern.startsWith("/") ? "/" : root;
   const name = compileGlob(body, base);
   return (path) => parentOf(path) === base && name(path);

@@ -35,7 +35,8 @@ export async function findDenied(hostDir: string, root: string, policy: Permissi
     for (const entry of entries) {
       if (entry.isSymbolicLink()) continue;
       const path = relative === "" ? entry.name : `${relative}/${entry.name}`;
-      if (policy.denies("read", joinPath(root, path))) denied.push({ path, dir: entry.isDirectory() });
+      // Only the entry's own rules: its ancestors were found allowed on the way down.
+      if (policy.checkOwn("read", joinPath(root, path)).action === "deny") denied.push({ path, dir: entry.isDirectory() });
       else if (entry.isDirectory()) below.push(path);
     }
     await Promise.all(below.map(walk));
