@@ -56,7 +56,7 @@ import {
   writePrivateFile,
 } from "./bubblewrap-host.js";
 import { lockName } from "./shell.js";
-import { type Denied, findDenied } from "./masks.js";
+import { type Denied, DeniedFinder } from "./masks.js";
 
 export type { SandboxUser } from "./bubblewrap-host.js";
 
@@ -155,6 +155,8 @@ export class BubblewrapSandbox extends BaseSandbox {
   private readonly baseEnv: Record<string, string>;
   private setup: Promise<Setup> | undefined;
   private readonly hostFiles: FilesystemBackend;
+  /** Finds what commands must not see; remembers unchanged directories between commands. */
+  private deniedFinder: DeniedFinder | undefined;
 
   constructor(private readonly options: BubblewrapSandboxOptions = {}) {
     super(options);
@@ -209,7 +211,10 @@ export class BubblewrapSandbox extends BaseSandbox {
     for (const [name, value] of Object.entries(env)) bwrapArgs.push("--setenv", name, value);
     // What the rules deny for reading is hidden from the command: found on the host now, masked in its mount namespace.
     const hidden = this.hiddenFromCommand(options);
-    if (hidden) bwrapArgs.push(...maskArgs(await findDenied(this.hostWorkspace, SANDBOX_WORKSPACE, hidden)));
+    if (hidden) {
+      this.deniedFinder ??= new DeniedFinder(this.hostWorkspace, SANDBOX_WORKSPACE, hidden);
+      bwrapArgs.push(...maskArgs(await this.deniedFinder.find()));
+    }
     bwrapArgs.push("--chdir", this.sandboxPath(cwd), "/bin/sh", "-c", command);
     const response = await runProcess({
       file: "/bin/sh",

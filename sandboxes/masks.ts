@@ -1,13 +1,12 @@
 /**
  * Finding what a sandbox hides from a command: the paths its permission rules
  * deny for reading. Bubblewrap walks the host directory behind the workspace
- * (findDenied); Docker asks `find` inside the container (denialFindScript),
+ * (DeniedFinder); Docker asks `find` inside the container (denialFindScript),
  * then keeps only what the rules match exactly (the same PermissionPolicy).
  */
-import { readdir } from "node:fs/promises";
+import { lstat, readdir } from "node:fs/promises";
 import nodePath from "node:path";
 import type { PermissionPolicy, PermissionRule } from "../core/permissions.js";
-import { joinPath } from "../core/paths.js";
 import { shellQuote } from "./shell.js";
 
 /** A path to hide, relative to the workspace, and whether it is a directory (hidden whole). */
@@ -17,32 +16,70 @@ export interface Denied {
 }
 
 /**
- * Walks `hostDir` (the workspace, whose virtual root is `root`) without
- * following a symlink: a symlink is never hidden itself (what it names is, if
- * the rules deny it). A denied directory is not entered: it is hidden whole.
- * Entries that vanish meanwhile are skipped.
+ * Finds what a sandbox's rules deny under `hostDir` (the workspace, whose
+ * virtual root is `root`), without following a symlink: a symlink is never
+ * hidden itself (what it names is, if the rules deny it). A denied directory
+ * is not entered: it is hidden whole. Entries that vanish meanwhile are
+ * skipped. Each directory's answer is kept with its inode and modification
+ * time, so a later walk of an unchanged tree costs one lstat per directory;
+ * a directory changed in the last 2 seconds is always read again, since a
+ * change within the filesystem's clock tick can leave its time unchanged.
  */
-export async function findDenied(hostDir: string, root: string, policy: PermissionPolicy): Promise<Denied[]> {
-  const denied: Denied[] = [];
-  const walk = async (relative: string): Promise<void> => {
+export class DeniedFinder {
+  private readonly known = new Map<string, { key: string; denied: Denied[]; below: string[] }>();
+
+  constructor(
+    private readonly hostDir: string,
+    private readonly root: string,
+    private readonly policy: PermissionPolicy,
+  ) {}
+
+  async find(): Promise<Denied[]> {
+    const denied: Denied[] = [];
+    const seen = new Set<string>();
+    const walk = async (relative: string): Promise<void> => {
+      seen.add(relative);
+      const host = relative === "" ? this.hostDir : nodePath.join(this.hostDir, relative);
+      let key: string | undefined;
+      try {
+        const stat = await lstat(host, { bigint: true });
+        if (!stat.isDirectory()) return;
+        key = Date.now() - Number(stat.mtimeMs) > 2000 ? `${stat.ino}:${stat.mtimeNs}` : undefined;
+      } catch {
+        return;
+      }
+      let answer = this.known.get(relative);
+      if (!answer || key === undefined || answer.key !== key) {
+        answer = await this.read(relative, host, key ?? "");
+        if (key === undefined) this.known.delete(relative);
+        else this.known.set(relative, answer);
+      }
+      denied.push(...answer.denied);
+      await Promise.all(answer.below.map(walk));
+    };
+    await walk("");
+    // Directories gone since: their answers go too.
+    for (const relative of this.known.keys()) if (!seen.has(relative)) this.known.delete(relative);
+    return denied;
+  }
+
+  private async read(relative: string, host: string, key: string): Promise<{ key: string; denied: Denied[]; below: string[] }> {
+    const answer = { key, denied: [] as Denied[], below: [] as string[] };
     let entries;
     try {
-      entries = await readdir(relative === "" ? hostDir : nodePath.join(hostDir, relative), { withFileTypes: true });
+      entries = await readdir(host, { withFileTypes: true });
     } catch {
-      return;
+      return answer;
     }
-    const below: string[] = [];
     for (const entry of entries) {
       if (entry.isSymbolicLink()) continue;
       const path = relative === "" ? entry.name : `${relative}/${entry.name}`;
       // Only the entry's own rules: its ancestors were found allowed on the way down.
-      if (policy.checkOwn("read", joinPath(root, path)).action === "deny") denied.push({ path, dir: entry.isDirectory() });
-      else if (entry.isDirectory()) below.push(path);
+      if (this.policy.checkOwn("read", `${this.root === "/" ? "" : this.root}/${path}`).action === "deny") answer.denied.push({ path, dir: entry.isDirectory() });
+      else if (entry.isDirectory()) answer.below.push(path);
     }
-    await Promise.all(below.map(walk));
-  };
-  await walk("");
-  return denied;
+    return answer;
+  }
 }
 
 /**

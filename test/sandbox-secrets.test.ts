@@ -90,6 +90,13 @@ describe("Bubblewrap hides denied files from commands", () => {
     await expectLateSecretHidden(sandbox);
     writeFileSync(join(dir, "sub", ".env.host"), SECRET);
     expect((await sandbox.execute("cat sub/.env.host")).output).not.toContain(SECRET);
+    // Directories unchanged for 2 s are remembered between commands: a secret added to one later is still found.
+    await new Promise((resolve) => setTimeout(resolve, 2_100));
+    expect((await sandbox.execute("cat plain.txt")).output).toBe("plain\n");
+    writeFileSync(join(dir, "sub", "deep", "id_rsa"), SECRET);
+    mkdirSync(join(dir, "sub", "deep", "more"));
+    writeFileSync(join(dir, "sub", "deep", "more", "key.pem"), SECRET);
+    expect((await sandbox.execute("cat sub/deep/id_rsa sub/deep/more/key.pem")).output).not.toContain(SECRET);
   });
 
   it("what a custom rule denies for reading, and nothing when rules are off (the control)", async () => {
