@@ -627,6 +627,10 @@ export class DockerSandbox extends BaseSandbox {
     } catch (error) {
       throw this.containerError(error);
     }
+    // Without find nothing could be found, so nothing hidden: the command is refused rather than run unprotected.
+    if (found.exitCode === 126 || found.exitCode === 127) {
+      throw new StrataError("unavailable", "The image has no usable find, which the sandbox needs to hide the files its permission rules deny from commands");
+    }
     const denied = new Set(
       found.output
         .split("\0")
