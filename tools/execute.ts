@@ -13,6 +13,8 @@ export const execute = defineTool({
     "Runs a shell command in the sandbox, in the workspace directory, and answers its combined stdout and stderr",
     "and its exit code. Long output is cut. Use read_file, edit_file, grep and glob for files rather than cat, sed,",
     "grep or find. Commands that wait for input or never end are killed at the timeout (exit code 124).",
+    "Files the workspace's permission rules deny (secrets such as .env and private keys) are off limits to commands",
+    "too: bubblewrap and Docker sandboxes hide them from commands; local and SSH sandboxes cannot, so do not read them.",
   ].join(" "),
   inputSchema: executeSchema,
   available: isSandbox,
