@@ -241,9 +241,9 @@ export class PermissionedBackend extends BaseBackend {
     return capMatches(all, maxCount);
   }
 
-  protected async doGlob(pattern: string, path: string | null): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
     await this.authorize("read", "glob", path ?? "/");
-    const found = this.unwrap(await this.inner.glob(pattern, { path: path === null ? undefined : this.caller(path) })).entries;
+    const found = this.unwrap(await this.inner.glob(pattern, { path: path === null ? undefined : this.caller(path), includeDirectories })).entries;
     return found.filter(this.visible).map(this.driverInfo);
   }
 
