@@ -130,6 +130,22 @@ export {
   type WriteResult,
 } from "./core/index.js";
 export { StateBackend, createStateBackend, type FilesState, type StateBackendOptions, type StateRuntimeLike } from "./backends/state.js";
+export type { FileChange, SnapshotPoint } from "./core/snapshots.js";
+export {
+  AuditedBackend,
+  AuditedSandbox,
+  MemoryAuditLog,
+  StoreAuditLog,
+  audited,
+  type Audited,
+  type AuditContext,
+  type AuditLog,
+  type AuditOptions,
+  type AuditQuery,
+  type AuditRecord,
+  type AuditSink,
+  type AuditStats,
+} from "./backends/audit.js";
 export { CompositeBackend, type CompositeBackendOptions } from "./backends/composite.js";
 export { FilesystemBackend, type FilesystemBackendOptions } from "./backends/filesystem.js";
 export { StoreBackend, storeBackendFactory, type NamespaceSpec, type StoreBackendOptions } from "./backends/store.js";

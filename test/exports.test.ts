@@ -139,6 +139,11 @@ const CORE_TYPES = [
 
 /** The root entry: every name of core, then these. */
 const ROOT_OWN_VALUES = [
+  "AuditedBackend",
+  "AuditedSandbox",
+  "MemoryAuditLog",
+  "StoreAuditLog",
+  "audited",
   "BaseSandbox",
   "BubblewrapSandbox",
   "CompositeBackend",
@@ -159,6 +164,16 @@ const ROOT_OWN_VALUES = [
 ];
 
 const ROOT_OWN_TYPES = [
+  "AuditContext",
+  "AuditLog",
+  "AuditOptions",
+  "AuditQuery",
+  "AuditRecord",
+  "AuditSink",
+  "AuditStats",
+  "Audited",
+  "FileChange",
+  "SnapshotPoint",
   "BaseSandboxOptions",
   "BubblewrapLimits",
   "BubblewrapSandboxOptions",
