@@ -215,12 +215,13 @@ export class AuditRecorder {
       this.failedOne(record);
       return;
     }
-    if (!(answer instanceof Promise)) {
+    // Any thenable counts as asynchronous, not only a native Promise.
+    if (typeof (answer as PromiseLike<void> | undefined)?.then !== "function") {
       this.stats.recorded++;
       return;
     }
     this.stats.inFlight++;
-    const settled: Promise<void> = answer.then(
+    const settled: Promise<void> = Promise.resolve(answer).then(
       () => void this.stats.recorded++,
       () => this.failedOne(record),
     ).finally(() => {
@@ -240,7 +241,7 @@ export class AuditRecorder {
     this.stats.backlog = this.backlog.length;
   }
 
-  /** Waits for appends under way, then offers the backlog to the sink once more (in order). */
+  /** Waits for appends under way, then offers the backlog to the sink once more (in order). A sink that never answers keeps it waiting. */
   async flush(): Promise<void> {
     while (this.pending.size > 0) await Promise.all([...this.pending]);
     const retry = this.backlog.splice(0);
@@ -300,7 +301,7 @@ export class AuditedBackend<B extends Backend = Backend> implements Backend {
     return new AuditedBackend(this.backend, { ...this.options, context }, this.recorder);
   }
 
-  /** Waits for the sink to take every record handed to it, retrying failed ones once. */
+  /** Waits for the sink to take every record handed to it, retrying failed ones once; never settles while the sink hangs. */
   flush(): Promise<void> {
     return this.recorder.flush();
   }
