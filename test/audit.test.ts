@@ -12,7 +12,12 @@ import { audited, MemoryAuditLog, StoreAuditLog, type AuditRecord } from "../bac
 import { StateBackend } from "../backends/state.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { MemoryStore } from "../stores/memory.js";
+import { randomUUID } from "node:crypto";
+import { PostgresStore } from "../stores/postgres.js";
+import { RedisStore } from "../stores/redis.js";
 import { SqliteStore } from "../stores/sqlite.js";
+import type { Store } from "../stores/store.js";
+import { serviceUrl } from "./support/servers.js";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 const dirs: string[] = [];
@@ -254,4 +259,28 @@ describe("audit: queries", () => {
     expect(await reopened.query({ from: Date.now() + 1000 })).toHaveLength(0);
     await reopened.store.close();
   }, 60_000);
+
+  for (const [name, open] of [
+    ["PostgreSQL", () => new PostgresStore({ connectionString: serviceUrl("STRATA_POSTGRES_URL") })],
+    ["Redis", () => new RedisStore({ url: serviceUrl("STRATA_REDIS_URL") })],
+  ] as Array<[string, () => Store]>) {
+    it(`a ${name}-backed log: two writers on one namespace, read back from a new connection`, async () => {
+      const namespace = ["audit-test", randomUUID()];
+      const stores = [open(), open()];
+      const wrappers = stores.map((store, i) => audited(new StateBackend(), { log: new StoreAuditLog(store, namespace), context: { writer: i } }));
+      await Promise.all(wrappers.flatMap((w, i) => Array.from({ length: 100 }, (_, n) => w.write(`/w${i}/f${n}`, "x"))));
+      await Promise.all(wrappers.map((w) => w.flush()));
+      expect(wrappers.map((w) => w.stats)).toEqual([0, 1].map(() => ({ recorded: 100, failed: 0, dropped: 0, backlog: 0, inFlight: 0 })));
+      const reader = open();
+      try {
+        const log = new StoreAuditLog(reader, namespace);
+        expect(await log.query()).toHaveLength(200);
+        expect(await log.query({ path: "/w1" })).toHaveLength(100);
+        expect((await log.query({ context: { writer: 0 } })).every((r) => r.paths[0]!.startsWith("/w0/"))).toBe(true);
+      } finally {
+        await reader.deleteTree(namespace, "/");
+        await Promise.all([...stores, reader].map((store) => store.close()));
+      }
+    }, 60_000);
+  }
 });
