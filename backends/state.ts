@@ -190,9 +190,10 @@ export class StateBackend extends BaseBackend {
   }
 
   /**
-   * The files as they are now, kept under an id for `restore`, `diff` and
-   * `fork`. O(1): a snapshot holds only what changed since the previous one
-   * and shares every record (see core/snapshots.ts). Ids are this backend's.
+   * The files as they are now, kept under an id for `restore` and `diff`.
+   * O(1): a snapshot holds only what changed since the previous one and
+   * shares every record (see core/snapshots.ts). Ids carry a random prefix of
+   * this backend's, so another backend's id is refused, not misread.
    */
   snapshot(): string {
     return this.snapshots.snapshot();
