@@ -142,6 +142,22 @@ export {
   type PermissionVerdict,
 } from "./core/index.js";
 export { StateBackend, createStateBackend, type FilesState, type StateBackendOptions, type StateRuntimeLike } from "./backends/state.js";
+export type { FileChange, SnapshotPoint } from "./core/snapshots.js";
+export {
+  AuditedBackend,
+  AuditedSandbox,
+  MemoryAuditLog,
+  StoreAuditLog,
+  audited,
+  type Audited,
+  type AuditContext,
+  type AuditLog,
+  type AuditOptions,
+  type AuditQuery,
+  type AuditRecord,
+  type AuditSink,
+  type AuditStats,
+} from "./backends/audit.js";
 export { CompositeBackend, type CompositeBackendOptions } from "./backends/composite.js";
 export { FilesystemBackend, type FilesystemBackendOptions } from "./backends/filesystem.js";
 export { PermissionedBackend, PermissionedSandbox, withPermissions } from "./backends/permissions.js";

@@ -1,12 +1,13 @@
 import { BaseBackend, type UploadAnswer, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
-import { errors, StrataError } from "../core/errors.js";
+import { errors, printable, StrataError, toErrorInfo } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
 import { compileGlob, impliedDirectories, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
 import { ancestorsOf, isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
 import { BackendRuntime } from "../core/protocol.js";
+import { describeFileChanges, type FileChange, type SnapshotPoint, SnapshotTree } from "../core/snapshots.js";
 import { DirectoryIndex } from "../core/tree.js";
 import type {
   DeleteResult,
@@ -17,6 +18,7 @@ import type {
   FilesUpdate,
   GrepMatch,
   GrepResult,
+  Result,
   WriteResult,
 } from "../core/types.js";
 
@@ -64,7 +66,17 @@ interface Indexed {
 interface Watch {
   proxy: FilesState;
   version: number;
+  /** Snapshot journals following this map: told every change, with the record it replaced. */
+  listeners?: Set<ChangeListener>;
 }
+
+type ChangeListener = (key: string, before: FileData | undefined, after: FileData | undefined) => void;
+
+function notify(watch: Watch, key: string, before: FileData | undefined, after: FileData | undefined): void {
+  if (watch.listeners) for (const listener of watch.listeners) listener(key, before, after);
+}
+
+const own = (files: FilesState, key: string) => (Object.hasOwn(files, key) ? files[key] : undefined);
 
 const bareOf = new WeakMap<object, FilesState>();
 const watches = new WeakMap<FilesState, Watch>();
@@ -73,16 +85,30 @@ function watchOf(files: FilesState): Watch {
   let watch = watches.get(files);
   if (!watch) {
     const w: Watch = { proxy: files, version: 0 };
+    // Changes made through the proxy reach the snapshot journals too, so they can be undone like the backend's own.
+    const tell = (target: FilesState, key: string | symbol, after: FileData | undefined) => {
+      if (w.listeners && typeof key === "string") notify(w, key, own(target, key), after);
+    };
     w.proxy = new Proxy(files, {
-      set: (target, key, value) => (w.version++, Reflect.set(target, key, value)),
-      deleteProperty: (target, key) => (w.version++, Reflect.deleteProperty(target, key)),
-      defineProperty: (target, key, descriptor) => (w.version++, Reflect.defineProperty(target, key, descriptor)),
+      set: (target, key, value) => (w.version++, tell(target, key, value as FileData), Reflect.set(target, key, value)),
+      deleteProperty: (target, key) => (w.version++, tell(target, key, undefined), Reflect.deleteProperty(target, key)),
+      defineProperty: (target, key, descriptor) => (
+        w.version++, tell(target, key, descriptor.value as FileData | undefined), Reflect.defineProperty(target, key, descriptor)
+      ),
     });
     bareOf.set(w.proxy, files);
     watches.set(files, w);
     watch = w;
   }
   return watch;
+}
+
+/** A backend's snapshot journal and the map it follows. */
+interface Journal {
+  tree: SnapshotTree<FileData>;
+  files: FilesState;
+  watch: Watch;
+  listener: ChangeListener;
 }
 
 /**
@@ -111,6 +137,7 @@ export class StateBackend extends BaseBackend {
   private readonly options: StateBackendOptions;
   private readonly quota: Quota | undefined;
   private indexed: Indexed | undefined;
+  private journal: Journal | undefined;
 
   constructor(options: StateBackendOptions | BackendRuntime | StateRuntimeLike = {}) {
     super();
@@ -131,6 +158,103 @@ export class StateBackend extends BaseBackend {
   /** The live files map (behind the change-noticing proxy). */
   get files(): FilesState {
     return this.indexes.watch.proxy;
+  }
+
+  /**
+   * The snapshot journal, attached to the map in use on first use. Every
+   * change reaches it (the backend's own and those made through
+   * `runtime.state.files`), O(1) each; a map replaced wholesale (a LangGraph
+   * reducer handing in a new `files` object) is compared with the old one
+   * key by key, once: O(files).
+   */
+  private get snapshots(): SnapshotTree<FileData> {
+    const { files, watch } = this.indexes;
+    const journal = this.journal;
+    if (!journal) {
+      const tree = new SnapshotTree<FileData>(`${Math.random().toString(36).slice(2, 8)}-`);
+      const listener: ChangeListener = (key, before, after) => tree.note(key, before, after);
+      (watch.listeners ??= new Set()).add(listener);
+      this.journal = { tree, files, watch, listener };
+      return tree;
+    }
+    if (journal.files !== files) {
+      const old = journal.files;
+      for (const key of Object.keys(old)) if (own(files, key) !== old[key]) journal.tree.note(key, old[key], own(files, key));
+      for (const key of Object.keys(files)) if (!Object.hasOwn(old, key)) journal.tree.note(key, undefined, files[key]);
+      journal.watch.listeners?.delete(journal.listener);
+      (watch.listeners ??= new Set()).add(journal.listener);
+      journal.files = files;
+      journal.watch = watch;
+    }
+    return journal.tree;
+  }
+
+  /**
+   * The files as they are now, kept under an id for `restore` and `diff`.
+   * O(1): a snapshot holds only what changed since the previous one and
+   * shares every record (see core/snapshots.ts). Ids carry a random prefix of
+   * this backend's, so another backend's id is refused, not misread.
+   */
+  snapshot(): string {
+    return this.snapshots.snapshot();
+  }
+
+  /**
+   * Puts the files back as they were at snapshot `id` (later snapshots stay
+   * restorable). Synchronous from start to end, so a concurrent operation sees
+   * the files wholly before or wholly after, never a mix. Costs O(changes
+   * between now and the snapshot). Quotas are not checked: the state restored
+   * was once accepted.
+   */
+  restore(id: string): Result<{ snapshot: string; changed: number }> {
+    try {
+      const tree = this.snapshots;
+      if (typeof id !== "string" || !tree.has(id)) throw errors.invalidArgument(`No snapshot '${printable(String(id))}' on this backend`);
+      const changes = tree.changes("now", id);
+      // Removals first, so a file never lands where a directory still stands.
+      const puts: Array<[string, FileData]> = [];
+      for (const [key, { after }] of changes) {
+        if (after === undefined) this.removeNow(key);
+        else puts.push([key, after]);
+      }
+      for (const [key, data] of puts) this.restoreNow(key, data);
+      tree.moveTo(id);
+      return { snapshot: id, changed: changes.size };
+    } catch (error) {
+      return { error: toErrorInfo(error) };
+    }
+  }
+
+  /**
+   * What changed from snapshot `from` to snapshot `to` (default: now):
+   * added, modified and deleted files, sorted by path, each text file with a
+   * unified diff. Costs O(changes between them), not O(files).
+   */
+  diff(from: string, to: SnapshotPoint = "now"): Result<{ changes: FileChange[] }> {
+    try {
+      const tree = this.snapshots;
+      for (const id of [from, to]) {
+        if (typeof id !== "string" || (id !== "now" && !tree.has(id))) throw errors.invalidArgument(`No snapshot '${printable(String(id))}' on this backend`);
+      }
+      return { changes: describeFileChanges(tree.changes(from, to)) };
+    } catch (error) {
+      return { error: toErrorInfo(error) };
+    }
+  }
+
+  /**
+   * An independent backend holding the same files, in a map of its own: the
+   * records are shared (nothing is copied but the key table, O(files)
+   * pointers: about 0.3 s and 6 MiB at 100k files), and changes on either
+   * side never reach the other. Same quota
+   * and size limit; no snapshots.
+   */
+  fork(): StateBackend {
+    const files = this.indexes.files;
+    // A key loop, not a spread: V8 builds a 100k-key object about 3x faster this way.
+    const copy: FilesState = {};
+    for (const key of Object.keys(files)) copy[key] = files[key]!;
+    return new StateBackend({ ...this.options, runtime: new BackendRuntime({ files: copy }) });
   }
 
   private get index(): DirectoryIndex {
@@ -248,6 +372,7 @@ export class StateBackend extends BaseBackend {
           indexes.usage.bytes -= fileDataSize(files[key]!);
           indexes.usage.files -= 1;
         }
+        notify(indexes.watch, key, files[key], undefined);
         delete files[key];
         removed[key] = null;
       };
@@ -375,19 +500,21 @@ export class StateBackend extends BaseBackend {
       indexes.usage.bytes -= fileDataSize(previous);
       indexes.usage.files -= 1;
     }
+    notify(indexes.watch, path, previous, undefined);
     delete indexes.files[path];
     indexes.index.removeFile(path);
     this.changed(indexes);
   }
 
   /** Puts a record back during an undo, past the checks that made the change fail. */
-  private restoreNow(path: string, data: FileDataV2): void {
+  private restoreNow(path: string, data: FileData): void {
     const indexes = this.indexes;
     const previous = indexes.files[path];
     if (indexes.usage) {
       indexes.usage.bytes += fileDataSize(data) - (previous ? fileDataSize(previous) : 0);
       if (!previous) indexes.usage.files += 1;
     }
+    notify(indexes.watch, path, previous, data);
     indexes.files[path] = data;
     if (!previous) indexes.index.addFile(path);
     this.changed(indexes);
@@ -411,6 +538,7 @@ export class StateBackend extends BaseBackend {
       indexes.usage.bytes += size - (previous ? fileDataSize(previous) : 0);
       if (!previous) indexes.usage.files += 1;
     }
+    notify(indexes.watch, path, previous, data);
     indexes.files[path] = data;
     if (!previous) indexes.index.addFile(path);
     this.changed(indexes);

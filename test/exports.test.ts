@@ -151,6 +151,11 @@ const CORE_TYPES = [
 
 /** The root entry: every name of core, then these. */
 const ROOT_OWN_VALUES = [
+  "AuditedBackend",
+  "AuditedSandbox",
+  "MemoryAuditLog",
+  "StoreAuditLog",
+  "audited",
   "BaseSandbox",
   "BubblewrapSandbox",
   "CompositeBackend",
@@ -174,6 +179,16 @@ const ROOT_OWN_VALUES = [
 ];
 
 const ROOT_OWN_TYPES = [
+  "AuditContext",
+  "AuditLog",
+  "AuditOptions",
+  "AuditQuery",
+  "AuditRecord",
+  "AuditSink",
+  "AuditStats",
+  "Audited",
+  "FileChange",
+  "SnapshotPoint",
   "BaseSandboxOptions",
   "BubblewrapLimits",
   "BubblewrapSandboxOptions",
