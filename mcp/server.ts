@@ -22,6 +22,7 @@ import {
   ListToolsRequestSchema,
   RootsListChangedNotificationSchema,
   type CallToolResult,
+  type RequestId,
   type Tool,
   type ToolAnnotations,
 } from "@modelcontextprotocol/sdk/types.js";
@@ -127,11 +128,12 @@ export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener
   let fixed: Active | undefined;
   if (typeof workspace !== "function") fixed = activate("backend" in workspace ? workspace : { backend: workspace }, false);
 
-  const open = async (opener: WorkspaceOpener): Promise<Active> => activate(await opener(await chooseDirectory()), true);
-  const current = (): Promise<Active> => {
+  const open = async (opener: WorkspaceOpener, requestId: RequestId): Promise<Active> => activate(await opener(await chooseDirectory(requestId)), true);
+  /** The workspace; `requestId` is the client request that needs it, whose stream carries the roots/list request when it is the first. */
+  const current = (requestId: RequestId): Promise<Active> => {
     if (fixed) return Promise.resolve(fixed);
     if (!active) {
-      const opening = open(workspace as WorkspaceOpener);
+      const opening = open(workspace as WorkspaceOpener, requestId);
       active = opening;
       // A failed open is tried again by the next call.
       opening.catch(() => {
@@ -141,11 +143,14 @@ export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener
     return active;
   };
 
-  const chooseDirectory = async (): Promise<string> => {
+  const chooseDirectory = async (requestId: RequestId): Promise<string> => {
     if (directory !== undefined) return directory;
     if (server.getClientCapabilities()?.roots) {
       try {
-        const { roots } = await server.listRoots();
+        // Over Streamable HTTP a request not tied to one goes on the client's optional GET stream, which may not be open yet
+        // (the client opens it after initialization, concurrently with its first call): there it would be dropped and
+        // the call would hang until the request timed out. Tied to the call, it travels on the call's own response stream.
+        const { roots } = await server.listRoots(undefined, { relatedRequestId: requestId });
         for (const root of roots) {
           if (!root.uri.startsWith("file:")) continue;
           const dir = fileURLToPath(root.uri);
@@ -173,15 +178,15 @@ export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener
     await server.sendToolListChanged().catch(() => undefined);
   });
 
-  server.setRequestHandler(ListToolsRequestSchema, async () => {
-    const { tools } = await current();
+  server.setRequestHandler(ListToolsRequestSchema, async (_request, extra) => {
+    const { tools } = await current(extra.requestId);
     return { tools: [...tools.values()].map(describe) };
   });
 
   server.setRequestHandler(CallToolRequestSchema, async (request, extra): Promise<CallToolResult> => {
     let state: Active;
     try {
-      state = await current();
+      state = await current(extra.requestId);
     } catch (error) {
       return errorResult(`The workspace could not be opened: ${error instanceof Error ? error.message : String(error)}`);
     }

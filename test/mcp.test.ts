@@ -353,6 +353,20 @@ describe("strata mcp over Streamable HTTP", () => {
     }
   });
 
+  it("asks a client for its roots on the call's own stream, so a client without the optional GET stream is served", async () => {
+    // The client opens its GET stream after initialization, concurrently with its first call; a server that sent roots/list
+    // there lost it whenever the call arrived first (under load) and the call hung. This client never opens that stream.
+    const base = workspace({ "alpha/alpha.txt": "a" });
+    const { url } = await httpServer(["--no-execute", "--no-memories"], {}, base);
+    const noGetStream = (input: string | URL | Request, init?: RequestInit): Promise<Response> =>
+      init?.method === "GET" ? Promise.resolve(new Response(null, { status: 405 })) : fetch(input, init);
+    const client = new Client({ name: "strata-http-test", version: "1" }, { capabilities: { roots: { listChanged: true } } });
+    client.setRequestHandler(ListRootsRequestSchema, () => ({ roots: [{ uri: pathToFileURL(join(base, "alpha")).href }] }));
+    await client.connect(new StreamableHTTPClientTransport(new URL(url), { fetch: noGetStream }));
+    cleanup.push(() => client.close());
+    expect(okText(await call(client, "ls"))).toBe("/alpha.txt (1 bytes)");
+  });
+
   it("refuses a foreign Host header or Origin (DNS rebinding) and an unknown session", async () => {
     const dir = workspace();
     const { url } = await httpServer(["--root", dir, "--no-execute", "--no-memories"]);

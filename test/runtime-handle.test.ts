@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { isStrataError } from "../core/errors.js";
 import { BackendSandboxClosed, commandRun, filesRead, filesWrite, type SandboxHandle } from "../runtime/index.js";
 import type { LocalSandbox } from "../sandboxes/local.js";
@@ -127,14 +127,24 @@ describe("sandbox handle reference counting", () => {
   });
 
   it("closes at the end of the spec's lifetime, whatever its references", async () => {
-    const provider = new CountingProvider();
-    const handle = await provider.open({ timeout: 0.2 });
-    handle.acquire();
-    expect(await handle.dispatch(filesWrite({ path: "/x", data: "1" }))).toMatchObject({ type: "file_write_result" });
-    await sleep(400);
-    expect(handle.closed).toBe(true);
-    expect(provider.teardowns).toBe(1);
-    await expect(handle.release()).rejects.toBeInstanceOf(BackendSandboxClosed);
+    // The test drives the lifetime's clock: on a loaded machine the write alone can outlast a real 0.2 s, and the
+    // lifetime then ended under it. The sandbox's own work (file I/O, teardown) still runs for real.
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    try {
+      const provider = new CountingProvider();
+      const handle = await provider.open({ timeout: 0.2 });
+      handle.acquire();
+      expect(await handle.dispatch(filesWrite({ path: "/x", data: "1" }))).toMatchObject({ type: "file_write_result" });
+      vi.advanceTimersByTime(199);
+      expect(handle.closed).toBe(false);
+      vi.advanceTimersByTime(1);
+      expect(handle.closed).toBe(true);
+      await handle.close(); // joins the teardown the lifetime started (close is idempotent)
+      expect(provider.teardowns).toBe(1);
+      await expect(handle.release()).rejects.toBeInstanceOf(BackendSandboxClosed);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("a closed-early handle's lifetime timer does nothing", async () => {

@@ -435,7 +435,9 @@ for (const target of sharedTargets) {
       await Promise.all([uploader, ...editors]);
       expect(lost).toEqual([]);
       expect(decode((await sandbox.downloadFiles(["/raced.txt"]))[0]!.content)).toMatch(new RegExp(`\nU${target.rounds - 1}\n$`));
-      expect(Object.keys(edits).filter((code) => code !== "ok" && code !== "no_match")).toEqual([]);
+      // An edit that loses its compare-and-swap on every retry answers conflict (the contract's word for it, and it changes
+      // nothing); under load, with three editors and an uploader on one file, one can run out of retries.
+      expect(Object.keys(edits).filter((code) => code !== "ok" && code !== "no_match" && code !== "conflict")).toEqual([]);
       expect(edits.ok).toBeGreaterThan(0);
       expect((await sandbox.execute("find . -name '.strata-*'")).output).toBe("");
     }, 120_000);

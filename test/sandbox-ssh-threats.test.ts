@@ -272,10 +272,10 @@ describe("SshSandbox close", () => {
 
 describe("SshSandbox keeps secrets out of argv", () => {
   /** Every argv on this host (sshd runs here), sampled until `until` settles. */
-  async function sampleArgs(until: Promise<unknown>): Promise<string[]> {
+  /** Takes `ps` samples (into `samples`, which the caller may watch) until `until` settles. */
+  async function sampleArgs(until: Promise<unknown>, samples: string[] = []): Promise<string[]> {
     let done = false;
     void until.finally(() => (done = true)).catch(() => undefined);
-    const samples: string[] = [];
     while (!done) {
       samples.push(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" }));
       await new Promise((resolve) => setTimeout(resolve, 5));
@@ -301,15 +301,18 @@ describe("SshSandbox keeps secrets out of argv", () => {
     const ws = native.workspace;
     const pattern = `pw-${randomUUID()}`;
     await sandbox.uploadFiles(Array.from({ length: 200 }, (_, i) => [`${ws}/d${i % 20}/f${i}.txt`, bytes(`line\n${i % 50 === 0 ? pattern : "other"}\n`)] as const));
+    // Searches go on until the sampler has looked 20 times: a fixed span of time held too few samples when ps itself
+    // was slow on a loaded machine (each sample blocks the event loop for as long as ps runs).
+    const samples: string[] = [];
     const searches = (async () => {
       let found = 0;
-      const until = Date.now() + 2000;
-      while (Date.now() < until) found = matchCount(await sandbox.grep(pattern, ws));
+      do found = matchCount(await sandbox.grep(pattern, ws));
+      while (samples.length < 20);
       return found;
     })();
-    const samples = await sampleArgs(searches);
+    await sampleArgs(searches, samples);
     expect(await searches).toBe(4);
-    expect(samples.length).toBeGreaterThan(10);
+    expect(samples.length).toBeGreaterThanOrEqual(20);
     expect(samples.filter((sample) => sample.includes(pattern))).toEqual([]);
   });
 
