@@ -26,7 +26,7 @@ for (const command of [...fileCommands(), execCommand(), syncCommand(), mcpComma
 // A usage error is one line, as every other error (addCommand does not pass these settings down).
 for (const command of [program, ...program.commands]) {
   command.exitOverride().configureOutput({
-    outputError: (message, write) => write(`strata: usage: ${message.replace(/^error: /, "").trim()} (see --help)\n`),
+    outputError: (message, write) => write(`strata: usage: ${message.replace(/^error: /, "").trim().replace(/\s*\n\s*/g, " ")} (see --help)\n`),
   });
 }
 
