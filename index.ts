@@ -128,10 +128,23 @@ export {
   type Usage,
   type WriteOptions,
   type WriteResult,
+  PermissionPolicy,
+  SECRETS_PRESET,
+  SECRET_PATTERNS,
+  readOnly,
+  type AskCallback,
+  type PermissionAction,
+  type PermissionDecision,
+  type PermissionOperation,
+  type PermissionOptions,
+  type PermissionRequest,
+  type PermissionRule,
+  type PermissionVerdict,
 } from "./core/index.js";
 export { StateBackend, createStateBackend, type FilesState, type StateBackendOptions, type StateRuntimeLike } from "./backends/state.js";
 export { CompositeBackend, type CompositeBackendOptions } from "./backends/composite.js";
 export { FilesystemBackend, type FilesystemBackendOptions } from "./backends/filesystem.js";
+export { PermissionedBackend, PermissionedSandbox, withPermissions } from "./backends/permissions.js";
 export { StoreBackend, storeBackendFactory, type NamespaceSpec, type StoreBackendOptions } from "./backends/store.js";
 export type {
   DirectoryListing,

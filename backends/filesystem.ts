@@ -12,7 +12,9 @@ import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limit
 import { KeyedMutex } from "../core/lock.js";
 import { isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
 import type { DeleteResult, EditResult, FileDataV2, FileInfo, FilesUpdate, GrepMatch } from "../core/types.js";
+import type { PermissionOptions } from "../core/permissions.js";
 import type { GrepResult, WriteResult } from "../core/types.js";
+import { guarded } from "./permissions.js";
 import { grepFile, type Needle, readWindow, ripgrepCandidates, ripgrepPath, WHOLE_FILE_LIMIT } from "./filesystem-text.js";
 import { at, errno, isInternalName, lstatAt, lstatAtSync, openDirAt, openDirPath, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
 import { DirCursor, readDirAt, removeAt, Slicer, walkFiles, writeAtomicAt } from "./safe-fs.js";
@@ -47,6 +49,13 @@ export interface FilesystemBackendOptions {
    * change would exceed the quota, so a stale count never refuses wrongly.
    */
   quota?: Quota;
+  /**
+   * Permission rules on every operation (docs/permissions.md). Default
+   * `{ rules: SECRETS_PRESET }`: secret files (.env*, private keys, .ssh, cloud
+   * credentials, .git/config) are denied. `{ rules, ask }` replaces the
+   * default; false turns rules off.
+   */
+  permissions?: PermissionOptions | false;
 }
 
 /** Uploads and downloads in flight at once. */
@@ -107,6 +116,8 @@ export class FilesystemBackend extends BaseBackend {
     this.workspace = nodePath.resolve(options.workspace);
     this.virtualMode = options.virtualMode ?? true;
     this.quota = validateQuota(options.quota);
+    // The caller gets the instance behind its permission rules (the instance itself, guarded; see guarded()).
+    return guarded(this, options.permissions);
   }
 
   /** True when grep will use ripgrep to find candidate files. */

@@ -88,6 +88,20 @@ export {
 export { DEFAULT_READ_LIMIT, EMPTY_FILE_REMINDER, MAX_LINE_LENGTH, formatRead, renderLines, renderWindow, splitLines } from "./format.js";
 export { applyEdit, type EditOutcome } from "./edit.js";
 export { MAX_GLOB_LENGTH, compileGlob, searchRoot, validateGlob, type GlobMatcher } from "./glob.js";
+export {
+  PermissionPolicy,
+  SECRETS_PRESET,
+  SECRET_PATTERNS,
+  readOnly,
+  type AskCallback,
+  type PermissionAction,
+  type PermissionDecision,
+  type PermissionOperation,
+  type PermissionOptions,
+  type PermissionRequest,
+  type PermissionRule,
+  type PermissionVerdict,
+} from "./permissions.js";
 export { MAX_PATTERN_LENGTH, capMatches, grepText, sortMatches, validateGrepPattern } from "./grep.js";
 // `SearchOptions` is already the native API's (types.ts): the search's options are exported as `TextSearchOptions`.
 export { search, type SearchAnswer, type SearchLine, type SearchOptions as TextSearchOptions } from "./search.js";

@@ -3,7 +3,8 @@
  * plus the filesystem server's extras (mcp/fs-tools.ts), over stdio or
  * Streamable HTTP, one ToolSession per MCP session.
  */
-export { createMcpServer, runsCommands, type McpServerOptions, type Workspace, type WorkspaceOpener } from "./server.js";
+export { runsCommands } from "../tools/execute.js";
+export { createMcpServer, type McpServerOptions, type Workspace, type WorkspaceOpener } from "./server.js";
 export { bindingProblem, isLoopback, serveHttp, type HttpMcpServer, type HttpServeOptions } from "./http.js";
 export { DEFAULT_ROUTES, embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type SandboxChoice, type ShellKind } from "./embedded.js";
 export { openRoute, ROUTE_SCHEMES, type OpenedRoute } from "./routes.js";

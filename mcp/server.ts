@@ -26,8 +26,8 @@ import {
   type ToolAnnotations,
 } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
-import { CompositeBackend } from "../backends/composite.js";
-import { isSandbox, type Backend } from "../core/protocol.js";
+import type { Backend } from "../core/protocol.js";
+import { runsCommands } from "../tools/execute.js";
 import { toolDefinitions } from "../tools/index.js";
 import { ToolSession, type ToolSessionOptions } from "../tools/session.js";
 import { listAllowedRoots, mcpToolDefinitions, rootsOf, type AllowedRoot, type McpToolDefinition, type StructuredOutput } from "./fs-tools.js";
@@ -101,12 +101,6 @@ interface Active {
   closed: boolean;
   /** Opened by this server, so closed by it. */
   owned: boolean;
-}
-
-/** Whether `backend` really runs commands (a composite is a Sandbox by type whatever its default is). */
-export function runsCommands(backend: Backend): boolean {
-  if (backend instanceof CompositeBackend) return isSandbox(backend.default);
-  return isSandbox(backend);
 }
 
 export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener, options: McpServerOptions = {}): Server {

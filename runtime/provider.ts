@@ -104,6 +104,10 @@ export const SandboxSpecSchema = z
     entrypoint: z.array(z.string()).min(1).optional(),
     /** Environment of every command run through the handle's payloads. */
     env: z.record(envName, z.string()).optional(),
+    /** Host variables every command receives, by name (the sandboxes' `passEnv`); secret-looking names also need `allowSecretEnv`. */
+    passEnv: z.array(envName).optional(),
+    /** The secret-looking names of `passEnv` meant to pass (the sandboxes' `allowSecretEnv`). */
+    allowSecretEnv: z.array(envName).optional(),
     /** Lifetime in seconds: after it the sandbox is closed, whatever its references. */
     timeout: TimeoutSchema.optional(),
     /** The workspace: a host directory (local, bubblewrap), a directory in the container (docker) or on the remote host (ssh). */

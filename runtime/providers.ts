@@ -22,6 +22,8 @@ import type { ProviderRegistry } from "./registry.js";
  * How the spec applies:
  * - `env` reaches every payload dispatched through the handle (all four), and
  *   also direct `sandbox.execute` calls on bubblewrap and docker sandboxes;
+ * - `passEnv` / `allowSecretEnv` are the sandboxes' options (all four): host
+ *   variables passed by name, secret-looking ones only when also allowed;
  * - `workspace` is the workspace: a host directory (local, bubblewrap;
  *   created if missing and kept at close), a directory in the container
  *   (docker) or on the remote host (ssh);
@@ -35,6 +37,11 @@ import type { ProviderRegistry } from "./registry.js";
  *   keep-alive (docker) or there is none (local, bubblewrap, ssh);
  * - `timeout` is the lifetime, enforced by the handle for all four.
  */
+
+/** The spec's host-variable pass-through, as every sandbox takes it. */
+function passEnv(spec: SandboxSpec): { passEnv?: string[]; allowSecretEnv?: string[] } {
+  return { passEnv: spec.passEnv, allowSecretEnv: spec.allowSecretEnv };
+}
 
 function capabilities(name: string, isolation: Capabilities["isolation"]): Capabilities {
   return { isolation, commands: true, files: true, codeRun: true, streaming: true, coldStart: measuredColdStart(name) };
@@ -57,7 +64,7 @@ export class LocalProvider extends SandboxProviderBase {
   protected async create(spec: SandboxSpec): Promise<OpenedSandbox> {
     refuseNoNetwork(this.name, spec);
     if (spec.workspace !== undefined) await makeWorkspace(spec.workspace);
-    return { sandbox: new LocalSandbox({ workspace: spec.workspace }) };
+    return { sandbox: new LocalSandbox({ workspace: spec.workspace, ...passEnv(spec) }) };
   }
 }
 
@@ -81,7 +88,7 @@ export class BubblewrapProvider extends SandboxProviderBase {
     const reason = await BubblewrapSandbox.unavailableReason();
     if (reason !== undefined) throw new BackendUnavailable(this.name, reason);
     if (spec.workspace !== undefined) await makeWorkspace(spec.workspace);
-    return { sandbox: new BubblewrapSandbox({ workspace: spec.workspace, network: spec.network, env: spec.env }) };
+    return { sandbox: new BubblewrapSandbox({ workspace: spec.workspace, network: spec.network, env: spec.env, ...passEnv(spec) }) };
   }
 }
 
@@ -134,7 +141,7 @@ export class DockerProvider extends SandboxProviderBase {
   #options(spec: SandboxSpec) {
     const host = dockerHost();
     // Without a socket path Dockerode reads DOCKER_HOST itself (tcp://…).
-    return { docker: host.socketPath, workspace: spec.workspace, env: spec.env };
+    return { docker: host.socketPath, workspace: spec.workspace, env: spec.env, ...passEnv(spec) };
   }
 }
 
@@ -194,6 +201,7 @@ export class SshProvider extends SandboxProviderBase {
       hostKey: hostKeyFile ? readConfigFile("STRATA_SSH_HOST_KEY", hostKeyFile).toString("utf8").trim() : undefined,
       knownHosts: hostKeyFile ? undefined : process.env.STRATA_SSH_KNOWN_HOSTS || join(homedir(), ".ssh", "known_hosts"),
       env: spec.env,
+      ...passEnv(spec),
     });
     if (owned) {
       // Others on the machine have no business in it.

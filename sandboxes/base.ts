@@ -26,6 +26,8 @@ import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCoun
 import { type Quota, type Usage, byteCount, checkQuota, timeoutSeconds } from "../core/limits.js";
 import { baseName, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import type { Sandbox } from "../core/protocol.js";
+import { PermissionPolicy, SECRETS_PRESET, looksSecret, type PermissionOptions, type PermissionRule } from "../core/permissions.js";
+import { guarded } from "../backends/permissions.js";
 import { checkSpawn, spawnFromExecute } from "./spawn.js";
 import type {
   DeleteResult,
@@ -114,6 +116,44 @@ export interface BaseSandboxOptions {
   timeout?: number;
   /** Output bytes kept per command (default SANDBOX_DEFAULTS.maxOutputBytes, 1 MiB); past 64 times that, the command is killed. */
   maxOutputBytes?: number;
+  /**
+   * Permission rules on every file operation and command (docs/permissions.md).
+   * Default `{ rules: SECRETS_PRESET }`. `{ rules, ask }` replaces it; false
+   * turns rules off. Bubblewrap and Docker also hide what the rules deny for
+   * reading from commands; Local and SSH cannot.
+   */
+  permissions?: PermissionOptions | false;
+  /**
+   * Host environment variables every command receives, by name, read from
+   * this process's environment when the sandbox is made (an unset one is
+   * left out). Commands get no other host variable. A name that looks
+   * secret (containing KEY, SECRET, TOKEN or PASSWORD, any case) is refused
+   * unless `allowSecretEnv` names it too. The `env` option's values win over these.
+   */
+  passEnv?: readonly string[];
+  /** The secret-looking names of `passEnv` that are meant to pass: the explicit opt-in. */
+  allowSecretEnv?: readonly string[];
+}
+
+/**
+ * The host variables `passEnv` names, as they are now. Throws
+ * `invalid_argument` for a secret-looking name not in `allowSecretEnv`, so
+ * the mistake stops the constructor instead of leaking a credential.
+ */
+export function passedHostEnv(options: Pick<BaseSandboxOptions, "passEnv" | "allowSecretEnv">): Record<string, string> {
+  const names = options.passEnv ?? [];
+  const allowed = options.allowSecretEnv ?? [];
+  if (!Array.isArray(names) || names.some((n) => typeof n !== "string" || !ENV_NAME.test(n))) throw errors.invalidArgument("passEnv must be an array of environment variable names");
+  if (!Array.isArray(allowed) || allowed.some((n) => typeof n !== "string")) throw errors.invalidArgument("allowSecretEnv must be an array of environment variable names");
+  const env: Record<string, string> = {};
+  for (const name of names as string[]) {
+    if (looksSecret(name) && !(allowed as string[]).includes(name)) {
+      throw errors.invalidArgument(`passEnv names '${printable(name)}', which looks secret (KEY, SECRET, TOKEN or PASSWORD); list it in allowSecretEnv too to pass it`);
+    }
+    const value = process.env[name];
+    if (value !== undefined) env[name] = value;
+  }
+  return env;
 }
 
 /** Limits on a sandbox's processes together, for the sandboxes that can set them (bubblewrap, docker). */
@@ -207,6 +247,13 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   private readonly commandSignals = new WeakSet<AbortSignal>();
   /** Option objects of the derived operations' own scripts (they do not make the usage stale). */
   private readonly ownScripts = new WeakSet<object>();
+  /** The options objects of derived operations' scripts as a subclass's doExecute receives them (they see every file; commands may not). */
+  private readonly ownRuns = new WeakSet<object>();
+  /** The host variables `passEnv` named, read when the sandbox was made; each subclass hands them to every command. */
+  protected readonly passedEnv: Readonly<Record<string, string>>;
+  /** The permission rules this sandbox was made with; undefined when they are off. */
+  private readonly permissionRules: readonly PermissionRule[] | undefined;
+  private rulePolicy: PermissionPolicy | undefined;
   /** Workspace usage as last measured plus the deltas of our own writes; undefined once a command may have changed it. */
   private usage: Usage | undefined;
 
@@ -215,6 +262,10 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     this.settings = sandboxLimits(options);
     this.quota = this.settings.quota;
     this.guardEntryPoints();
+    this.passedEnv = passedHostEnv(options);
+    this.permissionRules = options.permissions === false ? undefined : (options.permissions?.rules ?? SECRETS_PRESET);
+    // The caller gets the instance behind its permission rules (the instance itself, guarded; see guarded()).
+    return guarded(this, options.permissions);
   }
 
   get closed(): boolean {
@@ -238,6 +289,18 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     if (signal && this.commandSignals.has(signal)) return signal;
     // Only reached by a command that bypassed the guarded execute; close() cannot reach it, so it is tied to the caller's signal alone.
     return signal ?? new AbortController().signal;
+  }
+
+  /**
+   * What a command must not see: the rules, when one of them denies reading,
+   * for a caller's command (a derived operation's own script sees every file;
+   * the permission wrapper has already decided what it may touch). Bubblewrap
+   * and Docker hide the paths these rules deny from the command.
+   */
+  protected hiddenFromCommand(options: ExecuteOptions): PermissionPolicy | undefined {
+    if (this.permissionRules === undefined || this.ownRuns.has(options)) return undefined;
+    this.rulePolicy ??= new PermissionPolicy(this.permissionRules, this.workspace);
+    return this.rulePolicy.hasDenials("read") ? this.rulePolicy : undefined;
   }
 
   private closedSandboxError(): StrataError {
@@ -329,8 +392,10 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     const signal = checked.signal ? AbortSignal.any([checked.signal, controller.signal]) : controller.signal;
     this.commandSignals.add(signal);
     this.liveCommands.add(controller);
+    const run = { ...checked, signal };
+    if (own) this.ownRuns.add(run);
     try {
-      return await inner.call(this, command as string, { ...checked, signal });
+      return await inner.call(this, command as string, run);
     } catch (error) {
       throw this.closedIfClosing(error);
     } finally {

@@ -56,6 +56,7 @@ import {
   writePrivateFile,
 } from "./bubblewrap-host.js";
 import { lockName } from "./shell.js";
+import { type Denied, DeniedFinder } from "./masks.js";
 
 export type { SandboxUser } from "./bubblewrap-host.js";
 
@@ -154,13 +155,15 @@ export class BubblewrapSandbox extends BaseSandbox {
   private readonly baseEnv: Record<string, string>;
   private setup: Promise<Setup> | undefined;
   private readonly hostFiles: FilesystemBackend;
+  /** Finds what commands must not see; remembers unchanged directories between commands. */
+  private deniedFinder: DeniedFinder | undefined;
 
   constructor(private readonly options: BubblewrapSandboxOptions = {}) {
     super(options);
     positiveInteger(options.cpuSeconds, "cpuSeconds");
     if (options.network !== undefined && typeof options.network !== "boolean") throw errors.invalidArgument("network must be true or false");
     checkCommand("", options.env);
-    this.baseEnv = { ...options.env };
+    this.baseEnv = { ...this.passedEnv, ...options.env };
     this.quotaBytes = this.quota?.maxBytes;
     this.memoryBytes = this.settings.memoryMb * 1024 * 1024;
     this.maxProcesses = this.settings.maxProcesses;
@@ -173,7 +176,7 @@ export class BubblewrapSandbox extends BaseSandbox {
     }
     this.hostWorkspace = realpathSync(dir);
     if (this.ownsWorkspace && this.sandboxUser) chownSync(this.hostWorkspace, this.sandboxUser.uid, this.sandboxUser.gid);
-    this.hostFiles = new FilesystemBackend({ workspace: this.hostWorkspace, quota: this.quota });
+    this.hostFiles = new FilesystemBackend({ workspace: this.hostWorkspace, quota: this.quota, permissions: false });
     this.id = `bwrap-${process.pid}-${++counter}`;
   }
 
@@ -206,6 +209,12 @@ export class BubblewrapSandbox extends BaseSandbox {
     const env = { ...setup.env, ...options.env };
     const bwrapArgs = ["--args", "3", "--clearenv"];
     for (const [name, value] of Object.entries(env)) bwrapArgs.push("--setenv", name, value);
+    // What the rules deny for reading is hidden from the command: found on the host now, masked in its mount namespace.
+    const hidden = this.hiddenFromCommand(options);
+    if (hidden) {
+      this.deniedFinder ??= new DeniedFinder(this.hostWorkspace, SANDBOX_WORKSPACE, hidden);
+      bwrapArgs.push(...maskArgs(await this.deniedFinder.find()));
+    }
     bwrapArgs.push("--chdir", this.sandboxPath(cwd), "/bin/sh", "-c", command);
     const response = await runProcess({
       file: "/bin/sh",
@@ -424,6 +433,22 @@ export class BubblewrapSandbox extends BaseSandbox {
       oomKillsSeen: cgroups.memory ? await oomKills(cgroups.memory) : 0,
     };
   }
+}
+
+/**
+ * bwrap arguments that hide each denied path: a file becomes /dev/null
+ * (read-only: empty, unwritable), a directory an empty read-only tmpfs. The
+ * mounts come after the workspace's bind, in the command's own namespace; a
+ * mounted-over path cannot be renamed or linked from inside (EBUSY, EXDEV).
+ */
+function maskArgs(denied: Denied[]): string[] {
+  const args: string[] = [];
+  for (const { path, dir } of denied) {
+    const target = `${SANDBOX_WORKSPACE}/${path}`;
+    if (dir) args.push("--tmpfs", target, "--remount-ro", target);
+    else args.push("--ro-bind", "/dev/null", target);
+  }
+  return args;
 }
 
 interface Setup {

@@ -46,7 +46,8 @@ import { type Duplex, Writable } from "node:stream";
 import type Docker from "dockerode";
 import { StrataError, errors, isStrataError, type ErrorCode } from "../core/errors.js";
 import { timeoutSeconds } from "../core/limits.js";
-import { normalizePath } from "../core/paths.js";
+import { ancestorsOf, joinPath, normalizePath } from "../core/paths.js";
+import type { PermissionPolicy } from "../core/permissions.js";
 import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, type IsolationLevel, type NetworkAccess, type ResourceLimitOptions } from "./base.js";
@@ -55,6 +56,7 @@ import { MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./
 import { feedStdin } from "./process.js";
 import { LOCK_FN, lockName } from "./shell.js";
 import { optionalPackage } from "../stores/optional-package.js";
+import { denialFindScript } from "./masks.js";
 
 /** The dockerode package, loaded when a DockerSandbox first makes a client (an optional peer dependency). */
 const dockerode = optionalPackage<typeof Docker>("dockerode", "DockerSandbox");
@@ -120,6 +122,15 @@ export const DEADLINE_LABEL = "strata.deadline";
 const DEFAULT_USER = "65534:65534";
 const ROOT = "0:0";
 const USER_PATTERN = /^\d{1,10}(:\d{1,10})?$/;
+
+/** Locks each path ($2…, relative to the workspace $1): owned by root, no access for group and others. A path gone meanwhile is skipped; -h: a symlink swapped in is changed itself, never its target. */
+const LOCK = `cd "$1" || exit 1
+shift
+for f; do
+  [ -e "$f" ] || [ -L "$f" ] || continue
+  chown -h 0:0 -- "$f" || exit 1
+  [ -L "$f" ] || chmod go-rwx -- "$f" || exit 1
+done`;
 
 /**
  * PID 1: waits until the deadline ($1, Unix seconds; empty for none),
@@ -424,8 +435,12 @@ export class DockerSandbox extends BaseSandbox {
     const sandboxMax = this.settings.maxOutputBytes;
     const maxOutputBytes = options.maxOutputBytes ?? sandboxMax;
 
+    // What the rules deny for reading is locked away from the command user first (files that appeared since the last command too).
+    const hidden = this.hiddenFromCommand(options);
+    if (hidden) await this.lockDenied(hidden);
+
     // The caller's environment goes into the exec's configuration only: it reaches the command inside the container, no host process.
-    const env = { ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
+    const env = { ...this.passedEnv, ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
     let exec: Docker.Exec;
     let stream: Duplex;
     try {
@@ -590,6 +605,46 @@ export class DockerSandbox extends BaseSandbox {
       : `[ -d "$1" ] || { mkdir -p -- "$1" && chown "$2" "$1"; }`;
     const { exitCode } = await this.run(["/bin/sh", "-c", script, "strata", this.workspace, this.user], { user: ROOT });
     if (exitCode !== 0) throw new StrataError("permission_denied", "Cannot create the workspace directory in the container");
+  }
+
+  /**
+   * Hides what the rules deny for reading from the command user: as root,
+   * finds the paths they match that are not locked yet and makes each owned
+   * by root with no access for anyone else (a directory: nothing under it can
+   * be reached). The user cannot read, chmod or hard-link them (Linux's
+   * protected_hardlinks), and a symlink it plants leads to a locked file.
+   * Runs before every command, so a secret that appeared since the last one
+   * is locked before the next starts. Needs a non-root `user`: root reads
+   * everything (docs/permissions.md).
+   */
+  private async lockDenied(policy: PermissionPolicy): Promise<void> {
+    if (this.user.split(":")[0] === "0") return;
+    const find = denialFindScript(policy.rules);
+    if (find === undefined) return;
+    let found: { output: string; exitCode: number | null };
+    try {
+      found = await this.run(["/bin/sh", "-c", `W=$1\n${find}`, "strata", this.workspace], { user: ROOT });
+    } catch (error) {
+      throw this.containerError(error);
+    }
+    // Without find nothing could be found, so nothing hidden: the command is refused rather than run unprotected.
+    if (found.exitCode === 126 || found.exitCode === 127) {
+      throw new StrataError("unavailable", "The image has no usable find, which the sandbox needs to hide the files its permission rules deny from commands");
+    }
+    const denied = new Set(
+      found.output
+        .split("\0")
+        .filter((p) => p.startsWith("./"))
+        .map((p) => p.slice(2))
+        .filter((p) => policy.denies("read", joinPath(this.workspace, p))),
+    );
+    // A locked directory hides what is under it: only the topmost paths are locked.
+    const top = [...denied].filter((p) => !ancestorsOf(`/${p}`).some((a) => denied.has(a.slice(1))));
+    for (let i = 0; i < top.length; i += 500) {
+      const batch = top.slice(i, i + 500);
+      const { exitCode } = await this.run(["/bin/sh", "-c", LOCK, "strata", this.workspace, ...batch], { user: ROOT });
+      if (exitCode !== 0) throw new StrataError("permission_denied", "The sandbox could not hide a file its permission rules deny from the command, so the command was not run");
+    }
   }
 
   /**

@@ -65,8 +65,10 @@ export class LocalSandbox extends BaseSandbox {
     this.workspace = realpathSync(dir);
     this.id = `local-${process.pid}-${++counter}`;
     // The sandbox's quota (defaults applied by BaseSandbox), kept by the backend every file operation goes through.
-    this.files = new FilesystemBackend({ workspace: this.workspace, quota: this.quota });
-    this.env = options.env ?? { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", HOME: this.workspace, LANG: "C.UTF-8" };
+    this.files = new FilesystemBackend({ workspace: this.workspace, quota: this.quota, permissions: false });
+    // PATH is the one host variable passed unasked (a host process needs it to find programs); passEnv names any other.
+    const defaults = { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", HOME: this.workspace, LANG: "C.UTF-8" };
+    this.env = { ...(options.env === undefined ? defaults : {}), ...this.passedEnv, ...options.env };
   }
 
   /** Unconfined: the command runs as this process's user and can reach the whole host (see the module comment). */

@@ -222,7 +222,7 @@ export class SshSandbox extends BaseSandbox {
     const marker = newMarker();
     const sandboxMax = this.settings.maxOutputBytes;
     const maxOutputBytes = options.maxOutputBytes ?? sandboxMax;
-    const env = { ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
+    const env = { ...this.passedEnv, ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
     const assignments = Object.entries(env).map(([name, value]) => oneLine(`${name}=${value}`));
     const header = `export ${assignments.join(" ")}; set -- ${oneLine(this.sandboxPath(cwd))} ${oneLine(command)}\n`;
 

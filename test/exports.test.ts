@@ -28,6 +28,9 @@ const CORE_VALUES = [
   "MAX_PATTERN_LENGTH",
   "MAX_SEGMENT_BYTES",
   "MAX_TIMEOUT_SECONDS",
+  "PermissionPolicy",
+  "SECRETS_PRESET",
+  "SECRET_PATTERNS",
   "StrataError",
   "ancestorsOf",
   "applyEdit",
@@ -57,6 +60,7 @@ const CORE_VALUES = [
   "normalizePath",
   "parentOf",
   "printable",
+  "readOnly",
   "readWindow",
   "relativeTo",
   "renderLines",
@@ -78,6 +82,7 @@ const CORE_VALUES = [
 ];
 
 const CORE_TYPES = [
+  "AskCallback",
   "Backend",
   "BackendFactory",
   "BackendProtocol",
@@ -114,6 +119,13 @@ const CORE_TYPES = [
   "MkdirOptions",
   "Moved",
   "OperationOptions",
+  "PermissionAction",
+  "PermissionDecision",
+  "PermissionOperation",
+  "PermissionOptions",
+  "PermissionRequest",
+  "PermissionRule",
+  "PermissionVerdict",
   "Quota",
   "ReadContent",
   "ReadOptions",
@@ -147,6 +159,8 @@ const ROOT_OWN_VALUES = [
   "LangGraphStore",
   "LocalSandbox",
   "MemoryStore",
+  "PermissionedBackend",
+  "PermissionedSandbox",
   "PostgresStore",
   "RedisStore",
   "SANDBOX_DEFAULTS",
@@ -156,6 +170,7 @@ const ROOT_OWN_VALUES = [
   "StoreBackend",
   "createStateBackend",
   "storeBackendFactory",
+  "withPermissions",
 ];
 
 const ROOT_OWN_TYPES = [

@@ -42,15 +42,16 @@ function spying<B extends Backend>(backend: B): B & { grepped: string[] } {
   });
 }
 
+// The tree holds /.git/config, which the default secrets preset denies: these tests compare search semantics, so the filesystem backends opt out.
 const KINDS: Array<[string, () => Backend]> = [
   ["StateBackend", () => new StateBackend()],
-  ["FilesystemBackend", () => new FilesystemBackend({ workspace: tempDir() })],
+  ["FilesystemBackend", () => new FilesystemBackend({ workspace: tempDir(), permissions: false })],
   [
     "CompositeBackend (state default, filesystem and state routes)",
     () =>
       new CompositeBackend({
         default: new StateBackend(),
-        routes: { "/src/": new FilesystemBackend({ workspace: tempDir() }), "/node_modules/": new StateBackend() },
+        routes: { "/src/": new FilesystemBackend({ workspace: tempDir(), permissions: false }), "/node_modules/": new StateBackend() },
       }),
   ],
 ];

@@ -5,6 +5,8 @@
  */
 import { tmpdir } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
+import { CompositeBackend } from "../backends/composite.js";
+import { withPermissions } from "../backends/permissions.js";
 import { StateBackend } from "../backends/state.js";
 import type { Backend } from "../core/protocol.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
@@ -54,6 +56,11 @@ describe("tool definitions", () => {
   it("offer execute only over a sandbox", async () => {
     expect(Object.keys(toolsFor(new StateBackend()))).toEqual(["ls", "read_file", "write_file", "edit_file", "glob", "grep"]);
     expect(Object.keys(toolsFor(kinds.LocalSandbox()))).toEqual(["ls", "read_file", "write_file", "edit_file", "glob", "grep", "execute"]);
+    // A composite is a Sandbox by type; it runs commands only when its default backend does (also behind a permission wrapper).
+    const routes = { "/memories/": new StateBackend() };
+    expect(Object.keys(toolsFor(new CompositeBackend({ default: new StateBackend(), routes })))).not.toContain("execute");
+    expect(Object.keys(toolsFor(withPermissions(new CompositeBackend({ default: new StateBackend(), routes }), { rules: [] })))).not.toContain("execute");
+    expect(Object.keys(toolsFor(new CompositeBackend({ default: kinds.LocalSandbox(), routes })))).toContain("execute");
   });
 
   it("export JSON Schema with the snake_case names models know", () => {

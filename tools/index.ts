@@ -30,7 +30,7 @@ export {
   type ToolSessionOptions,
 } from "./session.js";
 export { editFile, editFileSchema, unifiedDiff } from "./edit-file.js";
-export { execute, executeSchema } from "./execute.js";
+export { execute, executeSchema, runsCommands } from "./execute.js";
 export { glob, globSchema } from "./glob.js";
 export { DEFAULT_HEAD_LIMIT, grep, grepSchema } from "./grep.js";
 export { ls, lsSchema } from "./ls.js";

@@ -1,0 +1,407 @@
+import { BaseBackend, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
+import { StrataError, errors, printable, toErrorInfo, type ErrorInfo } from "../core/errors.js";
+import { fileDataFromBytes } from "../core/filedata.js";
+import { capMatches } from "../core/grep.js";
+import { joinPath, normalizePath, relativeTo } from "../core/paths.js";
+import {
+  PermissionPolicy,
+  SECRETS_PRESET,
+  deniedBy,
+  readDecision,
+  type PermissionOperation,
+  type PermissionOptions,
+  type PermissionVerdict,
+} from "../core/permissions.js";
+import { isSandbox, type Backend, type Sandbox } from "../core/protocol.js";
+import type {
+  DeleteResult,
+  DownloadItem,
+  EditResult,
+  ExecuteOptions,
+  ExecuteResponse,
+  FileData,
+  FileInfo,
+  FilesUpdate,
+  GrepResult,
+  Result,
+  SpawnOptions,
+  SpawnedProcess,
+  UploadItem,
+  WriteResult,
+} from "../core/types.js";
+
+type Decision = { allowed: true; input: Record<string, string> } | { allowed: false; verdict: PermissionVerdict; reason?: string };
+
+/**
+ * Enforces permission rules on every native operation of the backend it
+ * wraps, so every surface (tools, adapters, MCP) gets them. The argument
+ * checks, path translation and error shape are BaseBackend's; the wrapped
+ * backend sees only calls the rules let through, with caller paths.
+ * Listings and searches leave out what the rules deny for reading.
+ */
+export class PermissionedBackend extends BaseBackend {
+  private compiled: PermissionPolicy | undefined;
+  /** Binary content `read` already fetched (and authorised), for the readRaw that BaseBackend's read makes next. */
+  private readonly fetched = new Map<string, FileData>();
+
+  constructor(
+    /** The wrapped backend: the escape hatch, unguarded. */
+    readonly inner: Backend,
+    private readonly options: PermissionOptions,
+  ) {
+    super();
+    if (typeof options !== "object" || options === null) throw errors.invalidArgument("permissions must be { rules, ask? } or false");
+    if (options.ask !== undefined && typeof options.ask !== "function") throw errors.invalidArgument("permissions.ask must be a function");
+    // Checked now, so bad rules fail here; compiled on first use, against the root the backend has by then.
+    new PermissionPolicy(options.rules);
+  }
+
+  /** The rules, compiled against the wrapped backend's root (read once it is constructed: a sandbox's root is set by its subclass). */
+  get policy(): PermissionPolicy {
+    this.compiled ??= new PermissionPolicy(this.options.rules, this.innerRoot);
+    return this.compiled;
+  }
+
+  private get innerRoot(): string {
+    const root = (this.inner as { root?: unknown }).root;
+    return typeof root === "string" ? root : "/";
+  }
+
+  protected override get pathRoot(): string {
+    return this.innerRoot;
+  }
+
+  // ---- decisions ----
+
+  /** The rules' verdict on a caller path, with the ask callback's answer where a rule asks. */
+  protected async decide(operation: PermissionOperation, method: string, path: string, input: Record<string, string> = {}): Promise<Decision> {
+    const verdict = this.policy.check(operation, path);
+    if (verdict.action === "allow") return { allowed: true, input };
+    if (verdict.action === "deny" || !this.options.ask) return { allowed: false, verdict };
+    let answer: unknown;
+    try {
+      answer = await this.options.ask({ operation, method, path, rule: verdict.rule!, input: { ...input } });
+    } catch {
+      return { allowed: false, verdict, reason: "the ask callback failed" };
+    }
+    const read = readDecision(answer, input);
+    return read.allowed ? read : { allowed: false, verdict, reason: read.reason };
+  }
+
+  /** Authorises a driver path, or throws the denial (named with the driver path: BaseBackend translates it). */
+  private async authorize(operation: PermissionOperation, method: string, driverPath: string, input: Record<string, string> = {}): Promise<Record<string, string>> {
+    const path = normalizePath(driverPath);
+    const decision = await this.decide(operation, method, this.toCallerPath(path), input);
+    if (!decision.allowed) throw deniedBy(operation, path, decision.verdict, decision.reason);
+    return decision.input;
+  }
+
+  /**
+   * Every file under a directory (the directory itself already authorised)
+   * must pass too: a tree is not a way around a rule. One listing (a glob
+   * under a file finds at most the file); skipped when no rule could refuse.
+   * If the listing fails, the operation itself reports why.
+   */
+  private async authorizeTree(operations: PermissionOperation[], method: string, driverPath: string, mapTo?: (file: string) => string): Promise<void> {
+    if (!operations.some((op) => this.policy.hasRestrictions(op))) return;
+    const listed = await this.inner.glob("**", { path: this.caller(driverPath) });
+    if (listed.error) return;
+    for (const file of listed.entries) {
+      const path = this.driver(file.path);
+      for (const op of operations) await this.authorize(op, method, mapTo ? mapTo(path) : path);
+    }
+  }
+
+  private visible = (info: FileInfo): boolean => this.policy.check("read", info.path).action !== "deny";
+
+  // ---- path translation: the wrapped backend names paths as the caller does ----
+
+  private caller(driverPath: string): string {
+    return this.toCallerPath(normalizePath(driverPath));
+  }
+
+  /** A caller path (a directory keeps its trailing `/`) as the driver names it. */
+  private driver(path: string): string {
+    const root = this.innerRoot;
+    if (root === "/" || !path.startsWith("/")) return path;
+    if (path === root || path === `${root}/`) return "/";
+    return path.startsWith(`${root}/`) ? path.slice(root.length) : path;
+  }
+
+  private driverInfo = (info: FileInfo): FileInfo => ({ ...info, path: this.driver(info.path) });
+
+  private driverUpdate<T extends FilesUpdate>(update: T | undefined): T | null {
+    if (!update || this.innerRoot === "/") return update ?? null;
+    return Object.fromEntries(Object.entries(update).map(([p, v]) => [this.driver(p), v])) as T;
+  }
+
+  /** The wrapped backend's value, or its failure rethrown in driver terms (BaseBackend turns it back). */
+  private unwrap<T extends object>(result: Result<T>): T {
+    if (!result.error) return result as T;
+    throw this.driverError(result.error);
+  }
+
+  private driverError(error: ErrorInfo): StrataError {
+    if (error.path === undefined || this.innerRoot === "/") return new StrataError(error.code, error.message, error.path === undefined ? undefined : { path: error.path });
+    const path = this.driver(error.path);
+    return new StrataError(error.code, error.message.split(`'${printable(error.path)}'`).join(`'${printable(path)}'`), { path });
+  }
+
+  private changeResult<T extends { path: string; filesUpdate: FilesUpdate }>(result: Result<T>): T {
+    const value = this.unwrap(result);
+    return { ...value, path: this.driver(value.path), filesUpdate: this.driverUpdate(value.filesUpdate) };
+  }
+
+  // ---- the driver ----
+
+  protected async doLs(path: string): Promise<FileInfo[]> {
+    await this.authorize("read", "ls", path);
+    return this.unwrap(await this.inner.ls(this.caller(path))).entries.filter(this.visible).map(this.driverInfo);
+  }
+
+  protected async doReadRaw(path: string): Promise<FileData> {
+    const key = normalizePath(path);
+    const fetched = this.fetched.get(key);
+    if (fetched) {
+      this.fetched.delete(key);
+      return fetched;
+    }
+    await this.authorize("read", "read", path);
+    return this.unwrap(await this.inner.readRaw(this.caller(path))).data;
+  }
+
+  protected override async doRead(path: string, offset: number, limit: number): Promise<TextWindow> {
+    await this.authorize("read", "read", path);
+    const read = this.unwrap(await this.inner.read(this.caller(path), { offset, limit }));
+    if (read.encoding === "binary") {
+      // BaseBackend answers a binary file through readRaw next: handed over here, so the ask callback is asked once.
+      this.fetched.set(normalizePath(path), fileDataFromBytes(read.content));
+      throw errors.binary(normalizePath(path), read.size);
+    }
+    return { lines: read.lineCount === 0 ? [] : read.content.split("\n"), totalLines: read.totalLines };
+  }
+
+  protected async doWrite(path: string, content: string, overwrite: boolean): Promise<WriteResult> {
+    const input = await this.authorize("write", "write", path, { content });
+    return this.changeResult(await this.inner.write(this.caller(path), input.content!, { overwrite })) as WriteResult;
+  }
+
+  protected async doEdit(path: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
+    const input = await this.authorize("edit", "edit", path, { oldString, newString });
+    return this.changeResult(await this.inner.edit(this.caller(path), input.oldString!, input.newString!, { replaceAll })) as EditResult;
+  }
+
+  protected async doDelete(path: string): Promise<DeleteResult> {
+    await this.authorize("delete", "delete", path);
+    await this.authorizeTree(["delete"], "delete", path);
+    return this.changeResult(await this.inner.delete(this.caller(path))) as DeleteResult;
+  }
+
+  protected override async doStat(path: string): Promise<FileInfo> {
+    await this.authorize("read", "stat", path);
+    return this.driverInfo(this.unwrap(await this.inner.stat(this.caller(path))));
+  }
+
+  protected override async doMkdir(path: string, recursive: boolean): Promise<FilesUpdate> {
+    await this.authorize("write", "mkdir", path);
+    return this.driverUpdate(this.unwrap(await this.inner.mkdir(this.caller(path), { recursive })).filesUpdate);
+  }
+
+  protected override async doMove(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    await this.authorizeTransfer("move", from, to);
+    return this.driverUpdate(this.unwrap(await this.inner.move(this.caller(from), this.caller(to), { overwrite })).filesUpdate);
+  }
+
+  protected override async doCopy(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
+    await this.authorizeTransfer("copy", from, to);
+    return this.driverUpdate(this.unwrap(await this.inner.copy(this.caller(from), this.caller(to), { overwrite })).filesUpdate);
+  }
+
+  /** Both ends: the source is read (and, for a move, deleted), the target written; for a tree, every file at both ends. */
+  private async authorizeTransfer(method: "move" | "copy", from: string, to: string): Promise<void> {
+    const source = normalizePath(from);
+    const target = normalizePath(to);
+    const sourceOps: PermissionOperation[] = method === "move" ? ["read", "delete"] : ["read"];
+    for (const op of sourceOps) await this.authorize(op, method, source);
+    await this.authorize("write", method, target);
+    await this.authorizeTree(sourceOps, method, source);
+    await this.authorizeTree(["write"], method, source, (file) => joinPath(target, relativeTo(source, file)));
+  }
+
+  protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
+    await this.authorize("read", "grep", path ?? "/");
+    // Matches in files a rule denies or asks about are left out: grep does not ask per file.
+    const shown = (result: GrepResult) => result.matches.filter((m) => this.policy.check("read", m.path).action === "allow").map((m) => ({ ...m, path: this.driver(m.path) }));
+    const options = { path: path === null ? undefined : this.caller(path), glob, maxCount };
+    const first = this.unwrap(await this.inner.grep(pattern, options));
+    const matches = shown(first);
+    if (!first.truncated || matches.length === first.matches.length) return { matches, truncated: first.truncated };
+    // The cap was spent partly on hidden matches: search again uncapped and cap what is shown.
+    const all = shown(this.unwrap(await this.inner.grep(pattern, { ...options, maxCount: undefined })));
+    return capMatches(all, maxCount);
+  }
+
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
+    await this.authorize("read", "glob", path ?? "/");
+    const found = this.unwrap(await this.inner.glob(pattern, { path: path === null ? undefined : this.caller(path), includeDirectories })).entries;
+    return found.filter(this.visible).map(this.driverInfo);
+  }
+
+  protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
+    const answers: UploadAnswer[] = files.map(([path]) => ({ path, error: null }));
+    const passed = await this.batchDecisions("write", "uploadFiles", files.map(([path]) => path), answers);
+    if (passed.length > 0) {
+      const result = await this.inner.uploadFiles(passed.map(({ index, path }) => [path, files[index]![1]] as const));
+      passed.forEach(({ index }, k) => (answers[index] = { path: files[index]![0], error: result.error ? result.error.code : (result.files[k]?.error?.code ?? null) }));
+    }
+    return answers;
+  }
+
+  protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
+    const answers: DownloadAnswer[] = paths.map((path) => ({ path, content: null, error: null }));
+    const passed = await this.batchDecisions("read", "downloadFiles", paths, answers);
+    if (passed.length > 0) {
+      const result = await this.inner.downloadFiles(passed.map(({ path }) => path));
+      passed.forEach(({ index }, k) => {
+        const item = result.error ? undefined : result.files[k];
+        answers[index] = { path: paths[index]!, content: item?.content ?? null, error: result.error ? result.error.code : (item?.error?.code ?? null) };
+      });
+    }
+    return answers;
+  }
+
+  /**
+   * Each item's decision; refused ones answer permission_denied in `answers`.
+   * An item whose path is invalid goes through as given, for the wrapped
+   * backend to refuse item by item (no rule can match a path that is not one).
+   */
+  private async batchDecisions(operation: PermissionOperation, method: string, paths: readonly string[], answers: Array<{ error: string | null }>): Promise<Array<{ index: number; path: string }>> {
+    const passed: Array<{ index: number; path: string }> = [];
+    for (const [index, path] of paths.entries()) {
+      let shown: string;
+      try {
+        shown = this.caller(path);
+      } catch {
+        passed.push({ index, path });
+        continue;
+      }
+      if ((await this.decide(operation, method, shown)).allowed) passed.push({ index, path: shown });
+      else answers[index]!.error = "permission_denied";
+    }
+    return passed;
+  }
+
+  /** A batch item refused here names the rule, as every other denial does (the driver answers only a code). */
+  override async uploadFiles(files: unknown, options?: unknown): Promise<Result<{ files: UploadItem[] }>> {
+    return this.explainItems(await super.uploadFiles(files, options), "write");
+  }
+
+  override async downloadFiles(paths: unknown, options?: unknown): Promise<Result<{ files: DownloadItem[] }>> {
+    return this.explainItems(await super.downloadFiles(paths, options), "read");
+  }
+
+  private explainItems<T extends UploadItem>(result: Result<{ files: T[] }>, operation: PermissionOperation): Result<{ files: T[] }> {
+    if (result.error) return result;
+    const files = result.files.map((item) => {
+      if (item.error?.code !== "permission_denied" || item.error.path === undefined) return item;
+      const verdict = this.policy.check(operation, item.error.path);
+      if (verdict.action === "allow") return item; // the wrapped backend's own refusal
+      const reason = verdict.action === "ask" && this.options.ask ? "the ask callback rejected it" : undefined;
+      return { ...item, error: toErrorInfo(deniedBy(operation, item.error.path, verdict, reason)) };
+    });
+    return { files };
+  }
+}
+
+/** The same, over a sandbox: commands are governed by `execute` rules, matched against their working directory. */
+export class PermissionedSandbox extends PermissionedBackend implements Sandbox {
+  constructor(
+    override readonly inner: Sandbox,
+    options: PermissionOptions,
+  ) {
+    super(inner, options);
+  }
+
+  get id(): string {
+    return this.inner.id;
+  }
+
+  async execute(command: string, options?: ExecuteOptions): Promise<Result<ExecuteResponse>> {
+    const gate = await this.gateCommand(command, options, "execute");
+    if ("error" in gate) return gate;
+    return this.inner.execute(gate.command, gate.options);
+  }
+
+  async spawn(command: string, options?: SpawnOptions): Promise<Result<SpawnedProcess>> {
+    const gate = await this.gateCommand(command, options, "spawn");
+    if ("error" in gate) return gate;
+    return this.inner.spawn(gate.command, gate.options);
+  }
+
+  /** Closes the wrapped sandbox. */
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+
+  /** The options are read once, so the cwd checked is the cwd used; a bad command or cwd is left to the sandbox to refuse. */
+  private async gateCommand<O extends { cwd?: string }>(command: string, options: O | undefined, method: string): Promise<{ error: ErrorInfo } | { command: string; options: O | undefined }> {
+    let copy: O | undefined;
+    try {
+      copy = options === undefined || options === null || typeof options !== "object" ? options : { ...options };
+    } catch {
+      return { error: toErrorInfo(errors.invalidArgument("options could not be read (a getter or a Proxy threw)")) };
+    }
+    let cwd: string;
+    try {
+      const given = copy?.cwd;
+      cwd = given === undefined ? this.root : normalizePath(typeof given === "string" && !given.startsWith("/") ? joinPath(this.root, given) : (given as string));
+    } catch {
+      // No path, so no rule to match: the sandbox refuses it with its own code.
+      return { command, options: copy };
+    }
+    if (typeof command !== "string") return { command, options: copy };
+    const decision = await this.decide("execute", method, cwd, { command });
+    if (!decision.allowed) return { error: toErrorInfo(deniedBy("execute", cwd, decision.verdict, decision.reason)) };
+    return { command: decision.input.command!, options: copy };
+  }
+}
+
+/**
+ * `backend` with `rules` enforced on every native operation (and `ask`
+ * consulted where a rule asks). A sandbox stays a sandbox; closing the
+ * wrapper closes it. The wrapped backend is `.inner`.
+ */
+export function withPermissions(backend: Sandbox, options: PermissionOptions): PermissionedSandbox;
+export function withPermissions(backend: Backend, options: PermissionOptions): PermissionedBackend;
+export function withPermissions(backend: Backend, options: PermissionOptions): PermissionedBackend {
+  return isSandbox(backend) ? new PermissionedSandbox(backend, options) : new PermissionedBackend(backend, options);
+}
+
+/** The methods a guarded instance answers through its permission wrapper. */
+const GUARDED = new Set<PropertyKey>(["ls", "read", "readRaw", "write", "edit", "delete", "grep", "glob", "stat", "mkdir", "move", "copy", "uploadFiles", "downloadFiles", "execute", "spawn"]);
+
+/**
+ * What the constructors of FilesystemBackend and the sandboxes return: the
+ * instance itself, whose native operations go through the rules of its
+ * `permissions` option (default SECRETS_PRESET; false: none). Everything
+ * else (its own fields and methods, `instanceof`) is the instance's own, and
+ * the instance's internal calls bypass the wrapper (they are not the
+ * caller's). `permissions` is checked here, so a bad one fails the constructor.
+ */
+export function guarded<B extends Backend>(backend: B, permissions: PermissionOptions | false | undefined): B {
+  if (permissions === false) return backend;
+  const options = permissions ?? { rules: SECRETS_PRESET };
+  // Decided by shape, not isSandbox: a sandbox's constructor calls this before its subclass has set its id.
+  const wrapper = typeof (backend as Partial<Sandbox>).execute === "function" ? new PermissionedSandbox(backend as unknown as Sandbox, options) : new PermissionedBackend(backend, options);
+  const bound = new Map<PropertyKey, unknown>();
+  return new Proxy(backend, {
+    get(target, prop) {
+      if (GUARDED.has(prop) && typeof Reflect.get(target, prop, target) === "function") {
+        if (!bound.has(prop)) bound.set(prop, (wrapper as unknown as Record<PropertyKey, (...args: unknown[]) => unknown>)[prop as string]!.bind(wrapper));
+        return bound.get(prop);
+      }
+      const value: unknown = Reflect.get(target, prop, target);
+      return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}

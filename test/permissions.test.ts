@@ -1,0 +1,257 @@
+import { mkdtempSync, rmSync, writeFileSync, mkdirSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { FilesystemBackend } from "../backends/filesystem.js";
+import { withPermissions } from "../backends/permissions.js";
+import { StateBackend } from "../backends/state.js";
+import { PermissionPolicy, SECRETS_PRESET, readOnly, type PermissionRequest, type PermissionRule } from "../core/permissions.js";
+import type { Backend } from "../core/protocol.js";
+import { LocalSandbox } from "../sandboxes/local.js";
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+const dirs: string[] = [];
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "strata-perm-"));
+  dirs.push(dir);
+  return dir;
+}
+afterAll(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })));
+
+async function seeded(files: Record<string, string>, rules: readonly PermissionRule[], ask?: (request: PermissionRequest) => unknown): Promise<{ backend: Backend; inner: StateBackend }> {
+  const inner = new StateBackend();
+  for (const [path, content] of Object.entries(files)) expect((await inner.write(path, content)).error).toBeUndefined();
+  return { inner, backend: withPermissions(inner, { rules, ask: ask as never }) };
+}
+
+describe("PermissionPolicy", () => {
+  it("deny > ask > allow among the rules that match; no rule allows", () => {
+    const policy = new PermissionPolicy([
+      { action: "allow", paths: "**" },
+      { action: "ask", operations: "write", paths: "/docs/**" },
+      { name: "no drafts", action: "deny", paths: "*.draft" },
+    ]);
+    expect(policy.check("read", "/src/a.ts").action).toBe("allow");
+    expect(policy.check("write", "/docs/a.md").action).toBe("ask");
+    expect(policy.check("write", "/docs/a.draft")).toMatchObject({ action: "deny", pattern: "*.draft", rule: { name: "no drafts" } });
+    expect(new PermissionPolicy([]).check("delete", "/x").action).toBe("allow");
+  });
+
+  it("a rule on a directory covers what is under it; dir/** covers dir; a bare name matches at any depth, an absolute one one place", () => {
+    const policy = new PermissionPolicy([{ action: "deny", paths: [".ssh", "secret/**", "/top"] }]);
+    for (const path of ["/.ssh", "/.ssh/id_rsa", "/a/b/.ssh/config", "/secret", "/secret/x/y", "/top", "/top/z"]) expect(policy.check("read", path).action, path).toBe("deny");
+    for (const path of ["/a/secret/x", "/a/top", "/ssh", "/.sshx"]) expect(policy.check("read", path).action, path).toBe("allow");
+  });
+
+  it("relative patterns start at the root it is given (a sandbox's workspace)", () => {
+    const policy = new PermissionPolicy([{ action: "deny", paths: "private/**" }], "/workspace");
+    expect(policy.check("read", "/workspace/private/a").action).toBe("deny");
+    expect(policy.check("read", "/workspace/public/private/a").action).toBe("allow");
+  });
+
+  it("refuses malformed rules with invalid_argument", () => {
+    expect(() => new PermissionPolicy([{ action: "block" } as never])).toThrow(/action must be/);
+    expect(() => new PermissionPolicy([{ action: "deny", operations: ["list"] } as never])).toThrow(/operations must name/);
+    expect(() => new PermissionPolicy([{ action: "deny", paths: "a/[b" }])).toThrow(/paths/);
+    expect(() => new PermissionPolicy("deny" as never)).toThrow(/array/);
+  });
+
+  it("readOnly is a deny of every changing operation under its paths", () => {
+    expect(readOnly("/docs/**")).toEqual({ name: "read-only", action: "deny", operations: ["write", "edit", "delete"], paths: "/docs/**" });
+  });
+});
+
+describe("withPermissions", () => {
+  it("a denied read says which rule denied it; never an empty file", async () => {
+    const { backend } = await seeded({ "/.env": "TOKEN=1", "/a.txt": "fine" }, SECRETS_PRESET);
+    for (const answer of [await backend.read("/.env"), await backend.readRaw("/.env"), await backend.stat("/.env")]) {
+      expect(answer.error).toEqual({ code: "permission_denied", path: "/.env", message: "Permission denied: read of '/.env' is denied by rule 'secrets' (pattern '.env*')" });
+    }
+    expect((await backend.read("/a.txt")).content).toBe("fine");
+  });
+
+  it("listings and searches leave out what is denied; a denied directory is an error, not an empty listing", async () => {
+    const { backend } = await seeded({ "/.env": "needle", "/.ssh/id_rsa": "needle", "/src/a.ts": "needle", "/src/.env.local": "needle" }, SECRETS_PRESET);
+    expect((await backend.ls("/")).entries!.map((e) => e.path)).toEqual(["/src/"]);
+    expect((await backend.ls("/src")).entries!.map((e) => e.path)).toEqual(["/src/a.ts"]);
+    expect((await backend.ls("/.ssh")).error?.code).toBe("permission_denied");
+    expect((await backend.glob("**")).entries!.map((e) => e.path)).toEqual(["/src/a.ts"]);
+    expect((await backend.glob("*", { path: "/.ssh" })).error?.code).toBe("permission_denied");
+    expect((await backend.grep("needle")).matches!.map((m) => m.path)).toEqual(["/src/a.ts"]);
+    expect((await backend.grep("needle", { path: "/.ssh" })).error?.code).toBe("permission_denied");
+  });
+
+  it("grep's maxCount counts only what is shown", async () => {
+    const files: Record<string, string> = {};
+    for (let i = 0; i < 5; i++) files[`/a${i}/.env`] = "needle";
+    files["/z1.txt"] = "needle";
+    files["/z2.txt"] = "needle";
+    const { backend } = await seeded(files, SECRETS_PRESET);
+    expect(await backend.grep("needle", { maxCount: 1 })).toEqual({ matches: [{ path: "/z1.txt", line: 1, text: "needle" }], truncated: true });
+    expect(await backend.grep("needle", { maxCount: 2 })).toEqual({ matches: [{ path: "/z1.txt", line: 1, text: "needle" }, { path: "/z2.txt", line: 1, text: "needle" }], truncated: false });
+  });
+
+  it("changes are checked per operation: write, edit, delete, mkdir, upload", async () => {
+    const { backend, inner } = await seeded({ "/docs/a.md": "text", "/src/a.ts": "code" }, [readOnly("/docs/**")]);
+    expect((await backend.write("/docs/b.md", "x")).error?.message).toBe("Permission denied: write of '/docs/b.md' is denied by rule 'read-only' (pattern '/docs/**')");
+    expect((await backend.edit("/docs/a.md", "text", "x")).error?.code).toBe("permission_denied");
+    expect((await backend.delete("/docs/a.md")).error?.code).toBe("permission_denied");
+    expect((await backend.delete("/docs")).error?.code).toBe("permission_denied");
+    expect((await backend.mkdir("/docs/sub")).error?.code).toBe("permission_denied");
+    expect((await backend.read("/docs/a.md")).content).toBe("text");
+    expect((await backend.write("/src/b.ts", "new")).error).toBeUndefined();
+    const uploaded = await backend.uploadFiles([
+      ["/docs/c.md", bytes("x")],
+      ["/src/c.ts", bytes("y")],
+    ]);
+    expect(uploaded.files!.map((f) => f.error?.code ?? null)).toEqual(["permission_denied", null]);
+    expect(uploaded.files![0]!.error!.message).toContain("rule 'read-only'");
+    expect((await inner.read("/docs/a.md")).content).toBe("text");
+    expect((await inner.stat("/docs/c.md")).error?.code).toBe("file_not_found");
+  });
+
+  it("downloads answer per item; the denied ones name the rule", async () => {
+    const { backend } = await seeded({ "/.env": "S", "/a.txt": "A" }, SECRETS_PRESET);
+    const answer = await backend.downloadFiles(["/.env", "/a.txt", "/missing"]);
+    expect(answer.files!.map((f) => [f.error?.code ?? null, f.content && new TextDecoder().decode(f.content)])).toEqual([
+      ["permission_denied", null],
+      [null, "A"],
+      ["file_not_found", null],
+    ]);
+    expect(answer.files![0]!.error!.message).toContain("rule 'secrets'");
+    expect(answer.files![0]!.seedError).toBe("permission_denied");
+  });
+
+  it("move and copy check both ends, and every file of a tree", async () => {
+    const { backend, inner } = await seeded({ "/.env": "S", "/proj/a.ts": "a", "/proj/.env": "S", "/plain/x.txt": "x" }, SECRETS_PRESET);
+    expect((await backend.copy("/.env", "/leak.txt")).error?.message).toContain("read of '/.env'");
+    expect((await backend.move("/plain/x.txt", "/plain/.env")).error?.message).toContain("write of '/plain/.env'");
+    expect((await backend.move("/proj", "/moved")).error?.message).toContain("'/proj/.env'");
+    expect((await backend.copy("/proj", "/copied")).error?.code).toBe("permission_denied");
+    expect((await backend.delete("/proj")).error?.message).toContain("delete of '/proj/.env'");
+    expect((await inner.glob("**")).entries!.map((e) => e.path)).toEqual(["/.env", "/plain/x.txt", "/proj/.env", "/proj/a.ts"]);
+    expect((await backend.move("/plain", "/elsewhere")).error).toBeUndefined();
+    expect((await inner.read("/elsewhere/x.txt")).content).toBe("x");
+  });
+
+  it("ask approves, rejects with a reason the model sees, or changes the call", async () => {
+    const requests: PermissionRequest[] = [];
+    const { backend, inner } = await seeded({ "/notes/a.md": "old" }, [{ name: "review notes", action: "ask", operations: ["write", "edit", "delete"], paths: "/notes/**" }], (request: PermissionRequest) => {
+      requests.push(request);
+      if (request.operation === "delete") return { behavior: "deny", message: "notes are kept" };
+      if (request.operation === "edit") return true;
+      return { behavior: "allow", updatedInput: { content: request.input.content!.toUpperCase() } };
+    });
+    expect((await backend.write("/notes/b.md", "shout")).error).toBeUndefined();
+    expect((await inner.read("/notes/b.md")).content).toBe("SHOUT");
+    expect((await backend.edit("/notes/a.md", "old", "new")).occurrences).toBe(1);
+    expect((await backend.delete("/notes/a.md")).error).toEqual({ code: "permission_denied", path: "/notes/a.md", message: "Permission denied: delete of '/notes/a.md' was rejected: notes are kept" });
+    expect(requests.map((r) => [r.operation, r.method, r.path, r.rule.name])).toEqual([
+      ["write", "write", "/notes/b.md", "review notes"],
+      ["edit", "edit", "/notes/a.md", "review notes"],
+      ["delete", "delete", "/notes/a.md", "review notes"],
+    ]);
+    expect(requests[1]!.input).toEqual({ oldString: "old", newString: "new" });
+  });
+
+  it("an ask rule without a callback, a callback that throws, and one that changes what it may not, all deny", async () => {
+    const rules: PermissionRule[] = [{ action: "ask", operations: "write" }];
+    expect((await (await seeded({}, rules)).backend.write("/a", "x")).error?.message).toBe("Permission denied: write of '/a' needs approval (rule 'ask write') and no ask callback is configured");
+    const throwing = await seeded({}, rules, () => {
+      throw new Error("boom");
+    });
+    expect((await throwing.backend.write("/a", "x")).error?.message).toContain("the ask callback failed");
+    const sneaky = await seeded({}, rules, () => ({ behavior: "allow", updatedInput: { path: "/elsewhere" } }));
+    expect((await sneaky.backend.write("/a", "x")).error?.code).toBe("permission_denied");
+    expect((await sneaky.inner.glob("**")).entries).toEqual([]);
+  });
+
+  it("execute rules match the working directory; ask can change the command", async () => {
+    const sandbox = withPermissions(new LocalSandbox({ permissions: false }), {
+      rules: [
+        { name: "no commands in vendor", action: "deny", operations: "execute", paths: "vendor/**" },
+        { action: "ask", operations: "execute" },
+      ],
+      ask: (request) => ({ behavior: "allow", updatedInput: { command: `${request.input.command} safely` } }),
+    });
+    try {
+      expect(await sandbox.execute("echo run")).toEqual({ output: "run safely\n", exitCode: 0, truncated: false });
+      expect((await sandbox.mkdir("vendor")).error).toBeUndefined();
+      const denied = await sandbox.execute("echo hi", { cwd: "vendor" });
+      expect(denied.error?.message).toMatch(/^Permission denied: execute of '.*\/vendor' is denied by rule 'no commands in vendor'/);
+      expect((await sandbox.spawn("echo hi", { cwd: `${sandbox.root}/vendor` })).error?.code).toBe("permission_denied");
+    } finally {
+      await sandbox.close();
+    }
+  });
+});
+
+describe("the secrets preset, on by default", () => {
+  const SECRETS = [
+    ".env",
+    ".env.local",
+    "app/.env.production",
+    "id_rsa",
+    "keys/id_ed25519.pub",
+    "tls/server.pem",
+    "tls/server.key",
+    ".ssh/config",
+    "home/.ssh/authorized_keys",
+    ".aws/credentials",
+    "home/.config/gcloud/credentials.db",
+    ".azure/accessTokens.json",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    ".docker/config.json",
+    ".kube/config",
+    ".git/config",
+    "vendor/lib/.git/config",
+    ".git-credentials",
+  ];
+  const PLAIN = ["src/env.ts", ".gitignore", ".git/HEAD", "keys.txt", "README.md", "environment.md"];
+
+  it("FilesystemBackend denies every preset name and allows the rest; the message names no host path", async () => {
+    const workspace = tempDir();
+    for (const path of [...SECRETS, ...PLAIN]) {
+      mkdirSync(join(workspace, path, ".."), { recursive: true });
+      writeFileSync(join(workspace, path), "content");
+    }
+    const backend = new FilesystemBackend({ workspace });
+    expect(backend).toBeInstanceOf(FilesystemBackend);
+    expect(backend.workspace).toBe(workspace);
+    for (const path of SECRETS) {
+      const read = await backend.read(path);
+      expect(read.error?.code, path).toBe("permission_denied");
+      expect(read.error!.message).not.toContain(workspace);
+      expect((await backend.write(path, "x", { overwrite: true })).error?.code, path).toBe("permission_denied");
+    }
+    for (const path of PLAIN) expect((await backend.read(path)).content, path).toBe("content");
+    expect(readFileSync(join(workspace, ".env"), "utf8")).toBe("content");
+    expect((await backend.glob("**")).entries!.map((e) => e.path).sort()).toEqual(PLAIN.map((p) => `/${p}`).sort());
+  });
+
+  it("permissions: false turns it off; { rules } replaces it; a bad option fails the constructor", async () => {
+    const workspace = tempDir();
+    writeFileSync(join(workspace, ".env"), "S");
+    writeFileSync(join(workspace, "a.txt"), "A");
+    expect((await new FilesystemBackend({ workspace, permissions: false }).read(".env")).content).toBe("S");
+    const replaced = new FilesystemBackend({ workspace, permissions: { rules: [{ action: "deny", paths: "a.txt" }] } });
+    expect((await replaced.read(".env")).content).toBe("S");
+    expect((await replaced.read("a.txt")).error?.code).toBe("permission_denied");
+    expect(() => new FilesystemBackend({ workspace, permissions: { rules: [{ action: "nope" }] } as never })).toThrow(/action must be/);
+    expect(() => new FilesystemBackend({ workspace, permissions: "off" as never })).toThrow(/permissions must be/);
+  });
+
+  it("is on for LocalSandbox's file operations, which its commands can still bypass (said in the execute tool's description)", async () => {
+    const sandbox = new LocalSandbox();
+    try {
+      expect((await sandbox.write(".env", "S")).error?.code).toBe("permission_denied");
+      writeFileSync(join(sandbox.workspace, ".env"), "S");
+      expect((await sandbox.read(".env")).error?.code).toBe("permission_denied");
+      expect((await sandbox.execute("cat .env")).output).toBe("S");
+    } finally {
+      await sandbox.close();
+    }
+  });
+});
