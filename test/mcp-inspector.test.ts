@@ -65,7 +65,10 @@ describe("the MCP Inspector's CLI against strata mcp", () => {
     expect(existsSync(INSPECTOR)).toBe(true);
   });
 
-  it.skipIf(inspectorNode === undefined)("lists the tools, with annotations and output schemas", async () => {
+  // Each inspector run starts a server and a client, several seconds apiece on a loaded machine.
+  const SLOW = 180_000;
+
+  it.skipIf(inspectorNode === undefined)("lists the tools, with annotations and output schemas", { timeout: SLOW }, async () => {
     const run = await inspector(["--method", "tools/list"]);
     expect(run.status, run.err).toBe(0);
     const { tools } = JSON.parse(run.out) as { tools: Array<{ name: string; annotations?: Record<string, unknown>; outputSchema?: object }> };
@@ -78,7 +81,7 @@ describe("the MCP Inspector's CLI against strata mcp", () => {
     expect(tools.find((tool) => tool.name === "get_file_info")?.outputSchema).toBeDefined();
   });
 
-  it.skipIf(inspectorNode === undefined)("calls tools: write, read back, search; a hostile path is an error that names no host path", async () => {
+  it.skipIf(inspectorNode === undefined)("calls tools: write, read back, file info with structured content", { timeout: SLOW }, async () => {
     const wrote = await inspector(["--method", "tools/call", "--tool-name", "write_file", "--tool-arg", "file_path=/notes/hello.md", "content=hello from the inspector"]);
     expect(wrote.status, wrote.err).toBe(0);
     expect(readFileSync(join(dir, "notes", "hello.md"), "utf8")).toBe("hello from the inspector");
@@ -92,6 +95,9 @@ describe("the MCP Inspector's CLI against strata mcp", () => {
     const info = await inspector(["--method", "tools/call", "--tool-name", "get_file_info", "--tool-arg", "path=/data.txt"]);
     expect(info.status, info.err).toBe(0);
     expect(JSON.parse(info.out)).toMatchObject({ structuredContent: expect.objectContaining({ size: 11 }) });
+  });
+
+  it.skipIf(inspectorNode === undefined)("searches /memories (SQLite); a hostile path is an error that names no host path", { timeout: SLOW }, async () => {
 
     const memory = await inspector(["--method", "tools/call", "--tool-name", "write_file", "--tool-arg", "file_path=/memories/fact.md", "content=kept in SQLite"]);
     expect(memory.status, memory.err).toBe(0);
