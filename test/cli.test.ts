@@ -17,6 +17,9 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const CLI = join(ROOT, "cli", "strata.ts");
 const TSX = pathToFileURL(join(ROOT, "node_modules", "tsx", "dist", "loader.mjs")).href;
 
+// Every command is a fresh Node process through tsx: seconds apiece on a loaded 2-core machine.
+const SLOW = 240_000;
+
 const dirs: string[] = [];
 afterAll(() => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
@@ -80,7 +83,7 @@ function tree(dir: string): string[] {
 }
 
 describe("strata file commands", () => {
-  it("write, read, ls, edit, glob and grep, as text and as --json", async () => {
+  it("write, read, ls, edit, glob and grep, as text and as --json", { timeout: SLOW }, async () => {
     const dir = tempDir({ "src/main.ts": "const a = 1;\nconst b = 2;\n" });
     expect((await strata(dir, ["write", "notes/todo.md", "--", "- ship\n- test\n"])).out).toBe("wrote /notes/todo.md\n");
     expect((await strata(dir, ["write", "/notes/stdin.md"], "from stdin")).status).toBe(0);
@@ -105,7 +108,7 @@ describe("strata file commands", () => {
     expect(grep).toEqual({ matches: [{ path: "/src/main.ts", line: 1, text: "let a = 1;" }], truncated: true });
   });
 
-  it("/memories is the SQLite route `strata mcp` serves, and --backend opens one route URL", async () => {
+  it("/memories is the SQLite route `strata mcp` serves, and --backend opens one route URL", { timeout: SLOW }, async () => {
     const dir = tempDir();
     expect((await strata(dir, ["write", "/memories/facts.md", "the sky is blue"])).status).toBe(0);
     expect(existsSync(join(dir, ".strata", "memories.db"))).toBe(true);
@@ -116,9 +119,13 @@ describe("strata file commands", () => {
     expect((await strata(dir, ["read", "a.txt", "--backend", "sqlite:data/x.db"])).out).toBe("in sqlite\n");
   });
 
-  it("an error is one line on stderr, a status by its code, and {error:{code,message}} with --json", async () => {
-    const dir = tempDir({ "a.txt": "x x\n" });
+  it("an error is one line on stderr, a status by its code, and {error:{code,message}} with --json", { timeout: SLOW }, async () => {
+    const dir = tempDir({ "a.txt": "x x\n", ".env": "API_KEY=sk-live" });
     expectFailure(await strata(dir, ["read", "missing.txt"]), 3, "file_not_found", dir);
+    // The secrets preset of the workspace's files: a denied secret is status 4, its content never printed.
+    const secret = await strata(dir, ["read", ".env"]);
+    expectFailure(secret, 4, "permission_denied", dir);
+    expect(secret.out).not.toContain("sk-live");
     const json = await strata(dir, ["read", "missing.txt", "--json"]);
     expectFailure(json, 3, "file_not_found", dir);
     expect(JSON.parse(json.out)).toEqual({ error: { code: "file_not_found", message: expect.any(String), path: "/missing.txt" } });
@@ -132,7 +139,7 @@ describe("strata file commands", () => {
     expectFailure(await strata(dir, ["read", "a.txt", "--limit", "many"]), 2, "usage", dir);
   });
 
-  it("a hostile path is refused and nothing outside the workspace is read or written", async () => {
+  it("a hostile path is refused and nothing outside the workspace is read or written", { timeout: SLOW }, async () => {
     const outside = tempDir({ "secret.txt": "TOP SECRET" });
     const dir = tempDir();
     symlinkSync(join(outside, "secret.txt"), join(dir, "link.txt"));
@@ -149,7 +156,7 @@ describe("strata file commands", () => {
     expect(readdirSync(outside)).toEqual(["secret.txt"]);
   });
 
-  it("upload and download are byte-exact for a binary file, in the workspace and in SQLite", async () => {
+  it("upload and download are byte-exact for a binary file, in the workspace and in SQLite", { timeout: SLOW }, async () => {
     const bytes = new Uint8Array(70_000);
     for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7919 + (i >> 8)) & 0xff;
     const dir = tempDir({ "blob.bin": bytes });
@@ -168,19 +175,20 @@ describe("strata file commands", () => {
     expect(new Uint8Array((await strata(dir, ["read", "/stdin.bin"])).stdout)).toEqual(bytes);
   });
 
-  it("--help works on every command", async () => {
+  it("--help works on every command", { timeout: SLOW }, async () => {
     const dir = tempDir();
-    for (const command of ["ls", "read", "write", "edit", "glob", "grep", "exec", "upload", "download", "sync", "mcp", "demo"]) {
-      const run = await strata(dir, [command, "--help"]);
-      expect(run.status, command).toBe(0);
-      expect(run.out).toContain(`Usage: strata ${command}`);
-    }
+    const commands = ["ls", "read", "write", "edit", "glob", "grep", "exec", "upload", "download", "sync", "mcp", "demo"];
+    const runs = await Promise.all(commands.map((command) => strata(dir, [command, "--help"])));
+    commands.forEach((command, i) => {
+      expect(runs[i]?.status, command).toBe(0);
+      expect(runs[i]?.out).toContain(`Usage: strata ${command}`);
+    });
     expect((await strata(dir, ["--help"])).status).toBe(0);
   });
 });
 
 describe("strata sync", () => {
-  it("copies a folder into sqlite: and back; --dry-run changes nothing, --delete mirrors", async () => {
+  it("copies a folder into sqlite: and back; --dry-run changes nothing, --delete mirrors", { timeout: SLOW }, async () => {
     const binary = Uint8Array.from({ length: 4096 }, (_, i) => (i * 31) & 0xff);
     const dir = tempDir({ "src/a.txt": "alpha\n", "src/sub/b.txt": "beta\n", "src/sub/deep/c.bin": binary });
     const db = "sqlite:.strata/sync.db";
@@ -227,7 +235,7 @@ describe("strata sync", () => {
 });
 
 describe("strata exec", () => {
-  it("runs in bubblewrap: streams the output, exits with the command's status, --json answers the result", async () => {
+  it("runs in bubblewrap: streams the output, exits with the command's status, --json answers the result", { timeout: SLOW }, async () => {
     const why = await BubblewrapSandbox.unavailableReason();
     if (why) providerMissing("bubblewrap", why, "40-bubblewrap.sh");
     const dir = tempDir({ "hello.txt": "hi from the workspace\n" });
@@ -243,7 +251,7 @@ describe("strata exec", () => {
 });
 
 describe("strata demo", () => {
-  it("runs on embedded defaults from any directory", async () => {
+  it("runs on embedded defaults from any directory", { timeout: SLOW }, async () => {
     const dir = tempDir();
     const run = await strata(dir, ["demo"]);
     expect(run.status, run.err).toBe(0);
