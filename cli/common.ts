@@ -63,7 +63,9 @@ export function unwrap<T extends object>(result: Result<T>): T {
 export function report(error: unknown, json: boolean): number {
   const info: ErrorInfo = error instanceof CliFailure ? error.info : { code: "io_error", message: error instanceof Error ? error.message : String(error) };
   if (json) process.stdout.write(`${JSON.stringify({ error: info })}\n`);
-  process.stderr.write(`strata: ${info.code}: ${info.message.replace(/\s*\n\s*/g, " ")}\n`);
+  // A failure with no code of its own (a bad config file, a server that cannot start) is said as it is.
+  const line = error instanceof CliFailure ? `${info.code}: ${info.message}` : info.message;
+  process.stderr.write(`strata: ${line.replace(/\s*\n\s*/g, " ")}\n`);
   return error instanceof CliFailure ? EXIT_STATUS[info.code] : 1;
 }
 
