@@ -42,7 +42,9 @@ function workspace(): string {
 async function connect(args: string[], answer?: (message: string) => ElicitResult): Promise<Client> {
   const client = new Client({ name: "strata-perm-test", version: "1" }, answer ? { capabilities: { elicitation: {} } } : {});
   if (answer) client.setRequestHandler(ElicitRequestSchema, (request) => answer(request.params.message));
-  await client.connect(new StdioClientTransport({ command: process.execPath, args: [...NODE_ARGS, ...args], cwd: ROOT, stderr: "pipe" }));
+  // The whole environment: on Node 24 the server needs NODE_OPTIONS' better-sqlite3 hook, which the SDK's default environment drops.
+  const env = process.env as Record<string, string>;
+  await client.connect(new StdioClientTransport({ command: process.execPath, args: [...NODE_ARGS, ...args], cwd: ROOT, stderr: "pipe", env }));
   clients.push(client);
   return client;
 }
