@@ -1,14 +1,14 @@
 /**
- * `npm run demo`: one composite workspace on embedded defaults, exercised
+ * `strata demo` (and `npm run demo`): one composite workspace on embedded defaults, exercised
  * the way an agent would, printing each call and what came back.
  *
  *   /            a sandbox (bubblewrap when available, else a plain local process); its files
  *                are its own paths, as its commands see them: /workspace/… in bubblewrap
- *   /memories    StoreBackend over SQLite (a file under .strata/), kept across runs
+ *   /memories    StoreBackend over SQLite (.strata/demo.db in the current directory), kept across runs
  *   /scratch     StateBackend, in memory
- *   /docs        FilesystemBackend over this repository's docs/ (read-only use)
+ *   /docs        FilesystemBackend over the package's docs/ (read-only use)
  */
-import { mkdirSync } from "node:fs";
+import { existsSync, mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CompositeBackend } from "../backends/composite.js";
@@ -19,14 +19,16 @@ import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { LocalSandbox } from "../sandboxes/local.js";
 import { SqliteStore } from "../stores/sqlite.js";
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), "..");
-const dataDir = join(repo, ".strata");
-mkdirSync(dataDir, { recursive: true });
+// From source the docs are one level up; built, cli/ sits in dist/ and they are two.
+const here = dirname(fileURLToPath(import.meta.url));
+const docsDir = [join(here, "..", "docs"), join(here, "..", "..", "docs")].find((dir) => existsSync(dir)) ?? here;
 
 const step = (title: string) => console.log(`\n\x1b[1m▸ ${title}\x1b[0m`);
 const show = (value: unknown) => console.log(typeof value === "string" ? value : JSON.stringify(value, null, 2));
 
-async function main(): Promise<void> {
+export async function runDemo(): Promise<void> {
+  const dataDir = join(process.cwd(), ".strata");
+  mkdirSync(dataDir, { recursive: true });
   const isolated = await BubblewrapSandbox.isAvailable();
   const sandbox = isolated ? new BubblewrapSandbox() : new LocalSandbox();
   const store = new SqliteStore({ path: join(dataDir, "demo.db") });
@@ -39,7 +41,7 @@ async function main(): Promise<void> {
     routes: {
       "/memories": new StoreBackend({ store, namespace: ["demo", "memories"] }),
       "/scratch": new StateBackend(),
-      "/docs": new FilesystemBackend({ workspace: join(repo, "docs") }),
+      "/docs": new FilesystemBackend({ workspace: docsDir }),
     },
   });
   console.log(`Workspace: sandbox '${sandbox.id}' (${isolated ? "bubblewrap: namespaces, no network" : "local process, no isolation"}) at ${sandbox.root}, SQLite at /memories, memory at /scratch, disk at /docs`);
@@ -96,8 +98,3 @@ async function main(): Promise<void> {
     await store.close();
   }
 }
-
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exitCode = 1;
-});

@@ -6,13 +6,27 @@
  */
 import { readFileSync } from "node:fs";
 import nodePath from "node:path";
+import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { Command, InvalidArgumentError } from "commander";
 import { z } from "zod";
+import { withPermissions } from "../backends/permissions.js";
+import { PERMISSION_OPERATIONS, type PermissionOperation, type PermissionRule } from "../core/permissions.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
+import { elicitationAsk } from "../mcp/elicit.js";
 import { createMcpServer, type Workspace } from "../mcp/server.js";
 import { bindingProblem, serveHttp } from "../mcp/http.js";
 import { embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type SandboxChoice } from "../mcp/embedded.js";
+
+const operation = z.custom<PermissionOperation>((value) => PERMISSION_OPERATIONS.includes(value as PermissionOperation), { message: `one of ${PERMISSION_OPERATIONS.join(", ")}` });
+const ruleSchema = z.strictObject({
+  action: z.enum(["allow", "deny", "ask"]),
+  operations: z.union([operation, z.array(operation)]).optional(),
+  paths: z.union([z.string(), z.array(z.string())]).optional(),
+  name: z.string().optional(),
+});
+/** Permission rules: a list, or `{ "rules": [...] }` (the shape of withPermissions' options). */
+const rulesSchema = z.union([z.array(ruleSchema), z.strictObject({ rules: z.array(ruleSchema) }).transform((value) => value.rules)]);
 
 const sandboxChoice = z.union([z.enum(["auto", "none", "local", "bwrap"]), z.templateLiteral(["docker:", z.string().min(1)])]);
 
@@ -29,6 +43,8 @@ const configSchema = z.strictObject({
   port: z.number().int().min(0).max(65_535).optional(),
   allowedHosts: z.array(z.string()).optional(),
   maxOutputChars: z.number().int().min(200).optional(),
+  /** Permission rules inline, or the path of a JSON file that holds them. */
+  permissions: z.union([z.string(), rulesSchema]).optional(),
 });
 type Config = z.infer<typeof configSchema>;
 
@@ -46,6 +62,7 @@ interface McpFlags {
   execute?: boolean;
   memories?: boolean;
   maxOutputChars?: number;
+  permissions?: string;
 }
 
 function port(value: string): number {
@@ -71,6 +88,22 @@ function route(value: string, previous: string[] = []): string[] {
   return [...previous, value];
 }
 
+/** The rules in a JSON file; the error names the file, never its directory. */
+function readRules(file: string): PermissionRule[] {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, "utf8"));
+  } catch (error) {
+    throw new Error(`The permissions file '${nodePath.basename(file)}' could not be read: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  const parsed = rulesSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new Error(`The permissions file '${nodePath.basename(file)}': ${issue?.path.join(".") || "(top)"}: ${issue?.message ?? "invalid"}`);
+  }
+  return parsed.data;
+}
+
 function readConfig(file: string): Config {
   let raw: unknown;
   try {
@@ -86,6 +119,7 @@ function readConfig(file: string): Config {
   const config = parsed.data;
   const base = nodePath.dirname(nodePath.resolve(file));
   if (config.root !== undefined) config.root = nodePath.resolve(base, config.root);
+  if (typeof config.permissions === "string") config.permissions = nodePath.resolve(base, config.permissions);
   return config;
 }
 
@@ -105,6 +139,7 @@ export function mcpCommand(): Command {
     .option("--allowed-host <host>", "accept this Host header too (repeatable)", (value: string, previous: string[] = []) => [...previous, value])
     .option("--max-output-chars <n>", "characters a tool may answer before the rest goes to a file in the workspace (default 80000)", budget)
     .option("--unsafe-local", "without bubblewrap, run commands as plain local processes (no isolation)")
+    .option("--permissions <file>", "permission rules from a JSON file ([{action, operations?, paths?, name?}] or {rules}); 'ask' rules ask the client's user (MCP elicitation), else deny")
     .option("--no-execute", "offer no shell")
     .option("--no-memories", "do not mount /memories")
     .action(async (flags: McpFlags, command: Command) => {
@@ -126,14 +161,20 @@ export function mcpCommand(): Command {
       const host = pick("host") ?? "127.0.0.1";
 
       // Before exiting, every workspace is closed, and closes under way finish (SQLite checkpoints, containers go).
+      const permissionSource = given("permissions") ? flags.permissions : (config.permissions ?? flags.permissions);
+      const rules = permissionSource === undefined ? undefined : typeof permissionSource === "string" ? readRules(permissionSource) : permissionSource;
+
       const open = new Set<Workspace>();
       const closing = new Set<Promise<void>>();
-      const opener = async (directory: string): Promise<Workspace> => {
+      // Rules wrap the whole workspace (the secrets preset of its files and sandbox stays on beneath them);
+      // an `ask` rule asks the user of the session's own client.
+      const opener = (server: () => Server | undefined) => async (directory: string): Promise<Workspace> => {
         const ws = await openEmbeddedWorkspace(directory, workspaceOptions);
         open.add(ws);
         let closed: Promise<void> | undefined;
         return {
           ...ws,
+          ...(rules ? { backend: withPermissions(ws.backend, { rules, ask: elicitationAsk(server) }) } : {}),
           close: () => {
             if (!closed) {
               open.delete(ws);
@@ -159,7 +200,14 @@ export function mcpCommand(): Command {
       // Over HTTP a client is not necessarily the user who started the server: its roots must lie in the current directory.
       const maxOutputChars = pick("maxOutputChars");
       const placement = root === undefined ? (http ? { rootsWithin: process.cwd() } : {}) : { directory: root };
-      const makeServer = () => createMcpServer(opener, { ...placement, ...(maxOutputChars === undefined ? {} : { maxOutputChars }) });
+      const makeServer = () => {
+        let server: Server | undefined = undefined;
+        server = createMcpServer(
+          opener(() => server),
+          { ...placement, ...(maxOutputChars === undefined ? {} : { maxOutputChars }) },
+        );
+        return server;
+      };
       const shell = await embeddedShell(workspaceOptions);
       if (workspaceOptions.sandbox === "bwrap" && workspaceOptions.execute) {
         const why = await BubblewrapSandbox.unavailableReason();

@@ -8,6 +8,7 @@ export { createMcpServer, type McpServerOptions, type Workspace, type WorkspaceO
 export { bindingProblem, isLoopback, serveHttp, type HttpMcpServer, type HttpServeOptions } from "./http.js";
 export { DEFAULT_ROUTES, embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type SandboxChoice, type ShellKind } from "./embedded.js";
 export { openRoute, ROUTE_SCHEMES, type OpenedRoute } from "./routes.js";
+export { elicitationAsk } from "./elicit.js";
 export {
   createDirectory,
   directoryTree,

@@ -8,7 +8,8 @@
  *   file:DIR                FilesystemBackend over DIR (relative to the workspace directory), confined
  *
  * A store's namespace is the route's prefix (`/memories` → ["memories"]), so
- * two routes can share one database.
+ * two routes can share one database; a route at `/` (the CLI's `--backend`)
+ * uses StoreBackend's default namespace.
  */
 import nodePath from "node:path";
 import { FilesystemBackend } from "../backends/filesystem.js";
@@ -32,7 +33,7 @@ export async function openRoute(prefix: string, url: string, directory: string):
   const namespace = normalizePath(prefix).split("/").filter(Boolean);
   const store = async (open: () => Promise<Store>, description: string): Promise<OpenedRoute> => {
     const opened = await open();
-    return { backend: new StoreBackend({ store: opened, namespace }), description, close: () => opened.close() };
+    return { backend: new StoreBackend({ store: opened, ...(namespace.length > 0 ? { namespace } : {}) }), description, close: () => opened.close() };
   };
   if (url === "memory:") return { backend: new StateBackend(), description: "scratch files in memory, gone when the session ends", close: async () => {} };
   if (url.startsWith("sqlite:")) {

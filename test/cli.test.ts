@@ -1,0 +1,262 @@
+/**
+ * The `strata` command as a real process (through tsx, from source): every
+ * file command in text and --json, the error line and exit statuses, hostile
+ * paths, a byte-exact binary round trip, sync into SQLite and back (with
+ * --delete and --dry-run), exec in bubblewrap, --help everywhere, and demo.
+ */
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, relative } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
+import { providerMissing } from "./support/runtime-services.js";
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
+const CLI = join(ROOT, "cli", "strata.ts");
+const TSX = pathToFileURL(join(ROOT, "node_modules", "tsx", "dist", "loader.mjs")).href;
+
+// Every command is a fresh Node process through tsx: seconds apiece on a loaded 2-core machine.
+const SLOW = 240_000;
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+function tempDir(files: Record<string, string | Uint8Array> = {}): string {
+  const dir = mkdtempSync(join(tmpdir(), "strata-cli-"));
+  dirs.push(dir);
+  for (const [name, content] of Object.entries(files)) {
+    mkdirSync(dirname(join(dir, name)), { recursive: true });
+    writeFileSync(join(dir, name), content);
+  }
+  return dir;
+}
+
+interface Run {
+  status: number | null;
+  stdout: Buffer;
+  out: string;
+  err: string;
+}
+
+function strata(cwd: string, args: string[], input?: string | Uint8Array): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ["--import", TSX, CLI, ...args], { cwd, stdio: ["pipe", "pipe", "pipe"] });
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout.on("data", (chunk: Buffer) => out.push(chunk));
+    child.stderr.on("data", (chunk: Buffer) => err.push(chunk));
+    child.on("error", reject);
+    child.on("close", (status) => {
+      const stdout = Buffer.concat(out);
+      resolve({ status, stdout, out: stdout.toString("utf8"), err: Buffer.concat(err).toString("utf8") });
+    });
+    child.stdin.end(input ?? "");
+  });
+}
+
+/** A failure: the status, exactly one stderr line naming the code, and no host path in it. */
+function expectFailure(run: Run, status: number, code: string, cwd: string): void {
+  expect(run.status, run.err).toBe(status);
+  const lines = run.err.split("\n").filter(Boolean);
+  expect(lines).toHaveLength(1);
+  expect(lines[0]).toMatch(new RegExp(`^strata: ${code}: `));
+  expect(run.err).not.toContain(cwd);
+  expect(run.err).not.toContain(tmpdir());
+}
+
+/** Every file under a host directory, relative, sorted. */
+function tree(dir: string): string[] {
+  const files: string[] = [];
+  const walk = (d: string) => {
+    for (const name of readdirSync(d)) {
+      const full = join(d, name);
+      if (statSync(full).isDirectory()) walk(full);
+      else files.push(relative(dir, full));
+    }
+  };
+  walk(dir);
+  return files.sort();
+}
+
+describe("strata file commands", () => {
+  it("write, read, ls, edit, glob and grep, as text and as --json", { timeout: SLOW }, async () => {
+    const dir = tempDir({ "src/main.ts": "const a = 1;\nconst b = 2;\n" });
+    expect((await strata(dir, ["write", "notes/todo.md", "--", "- ship\n- test\n"])).out).toBe("wrote /notes/todo.md\n");
+    expect((await strata(dir, ["write", "/notes/stdin.md"], "from stdin")).status).toBe(0);
+    expect(readFileSync(join(dir, "notes/stdin.md"), "utf8")).toBe("from stdin");
+
+    expect((await strata(dir, ["read", "notes/todo.md"])).out).toBe("- ship\n- test\n");
+    const window = JSON.parse((await strata(dir, ["read", "notes/todo.md", "--offset", "1", "--limit", "1", "--json"])).out);
+    expect(window).toMatchObject({ path: "/notes/todo.md", encoding: "utf-8", content: "- test", totalLines: 2, offset: 1, lineCount: 1 });
+
+    // /memories lives in .strata/ (created by the writes above); --no-memories leaves the route out.
+    const listed = await strata(dir, ["ls", "--no-memories"]);
+    expect(listed.out.split("\n").filter(Boolean)).toEqual(["/.strata/", "/notes/", "/src/"]);
+    const json = JSON.parse((await strata(dir, ["ls", "src", "--json"])).out);
+    expect(json.entries).toEqual([expect.objectContaining({ path: "/src/main.ts", size: 26 })]);
+
+    expect((await strata(dir, ["edit", "src/main.ts", "const", "let", "--all"])).out).toBe("edited /src/main.ts (2 occurrences)\n");
+    expect(readFileSync(join(dir, "src/main.ts"), "utf8")).toBe("let a = 1;\nlet b = 2;\n");
+
+    expect((await strata(dir, ["glob", "**/*.md"])).out).toBe("/notes/stdin.md\n/notes/todo.md\n");
+    expect((await strata(dir, ["grep", "let b"])).out).toBe("/src/main.ts:2:let b = 2;\n");
+    const grep = JSON.parse((await strata(dir, ["grep", "let", "--max-count", "1", "--json"])).out);
+    expect(grep).toEqual({ matches: [{ path: "/src/main.ts", line: 1, text: "let a = 1;" }], truncated: true });
+  });
+
+  it("/memories is the SQLite route `strata mcp` serves, and --backend opens one route URL", { timeout: SLOW }, async () => {
+    const dir = tempDir();
+    expect((await strata(dir, ["write", "/memories/facts.md", "the sky is blue"])).status).toBe(0);
+    expect(existsSync(join(dir, ".strata", "memories.db"))).toBe(true);
+    expect((await strata(dir, ["read", "/memories/facts.md"])).out).toBe("the sky is blue\n");
+
+    expect((await strata(dir, ["write", "a.txt", "in sqlite", "-b", "sqlite:data/x.db"])).status).toBe(0);
+    expect(existsSync(join(dir, "a.txt"))).toBe(false);
+    expect((await strata(dir, ["read", "a.txt", "--backend", "sqlite:data/x.db"])).out).toBe("in sqlite\n");
+  });
+
+  it("an error is one line on stderr, a status by its code, and {error:{code,message}} with --json", { timeout: SLOW }, async () => {
+    const dir = tempDir({ "a.txt": "x x\n", ".env": "API_KEY=sk-live" });
+    expectFailure(await strata(dir, ["read", "missing.txt"]), 3, "file_not_found", dir);
+    // The secrets preset of the workspace's files: a denied secret is status 4, its content never printed.
+    const secret = await strata(dir, ["read", ".env"]);
+    expectFailure(secret, 4, "permission_denied", dir);
+    expect(secret.out).not.toContain("sk-live");
+    const json = await strata(dir, ["read", "missing.txt", "--json"]);
+    expectFailure(json, 3, "file_not_found", dir);
+    expect(JSON.parse(json.out)).toEqual({ error: { code: "file_not_found", message: expect.any(String), path: "/missing.txt" } });
+    expectFailure(await strata(dir, ["write", "a.txt", "again"]), 5, "already_exists", dir);
+    expectFailure(await strata(dir, ["edit", "a.txt", "x", "y"]), 5, "ambiguous_match", dir);
+    expectFailure(await strata(dir, ["upload", join(dir, "nope.bin"), "x.bin"]), 3, "file_not_found", dir);
+    expectFailure(await strata(dir, ["ls", "-b", "ftp://example.com"]), 2, "invalid_argument", dir);
+    // Usage errors: one line too, status 2.
+    expectFailure(await strata(dir, ["read"]), 2, "usage", dir);
+    expectFailure(await strata(dir, ["frobnicate"]), 2, "usage", dir);
+    expectFailure(await strata(dir, ["read", "a.txt", "--limit", "many"]), 2, "usage", dir);
+  });
+
+  it("a hostile path is refused and nothing outside the workspace is read or written", { timeout: SLOW }, async () => {
+    const outside = tempDir({ "secret.txt": "TOP SECRET" });
+    const dir = tempDir();
+    symlinkSync(join(outside, "secret.txt"), join(dir, "link.txt"));
+    symlinkSync(outside, join(dir, "linkdir"));
+    expectFailure(await strata(dir, ["read", "../../etc/passwd"]), 2, "invalid_path", dir);
+    expectFailure(await strata(dir, ["write", "/../../../../etc/planted.txt", "x"]), 2, "invalid_path", dir);
+    for (const path of ["link.txt", "linkdir/secret.txt"]) {
+      const run = await strata(dir, ["read", path]);
+      expect(run.status).not.toBe(0);
+      expect(run.out + run.err).not.toContain("TOP SECRET");
+      expect(run.err).not.toContain(outside);
+    }
+    expect((await strata(dir, ["write", "linkdir/planted.txt", "x"])).status).not.toBe(0);
+    expect(readdirSync(outside)).toEqual(["secret.txt"]);
+  });
+
+  it("upload and download are byte-exact for a binary file, in the workspace and in SQLite", { timeout: SLOW }, async () => {
+    const bytes = new Uint8Array(70_000);
+    for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7919 + (i >> 8)) & 0xff;
+    const dir = tempDir({ "blob.bin": bytes });
+    for (const target of [[], ["-b", "sqlite:.strata/bytes.db"]]) {
+      expect((await strata(dir, ["upload", "blob.bin", "/in/blob.bin", ...target])).out).toBe(`uploaded /in/blob.bin (${bytes.length} bytes)\n`);
+      expect((await strata(dir, ["download", "/in/blob.bin", "back.bin", ...target])).status).toBe(0);
+      expect(new Uint8Array(readFileSync(join(dir, "back.bin")))).toEqual(bytes);
+      const piped = await strata(dir, ["download", "/in/blob.bin", ...target]);
+      expect(new Uint8Array(piped.stdout)).toEqual(bytes);
+      const json = JSON.parse((await strata(dir, ["download", "/in/blob.bin", "--json", ...target])).out);
+      expect(new Uint8Array(Buffer.from(json.content, "base64"))).toEqual(bytes);
+      rmSync(join(dir, "back.bin"));
+    }
+    // Standard input in, the same bytes out through `read`.
+    expect((await strata(dir, ["upload", "-", "/stdin.bin"], bytes)).status).toBe(0);
+    expect(new Uint8Array((await strata(dir, ["read", "/stdin.bin"])).stdout)).toEqual(bytes);
+  });
+
+  it("--help works on every command", { timeout: SLOW }, async () => {
+    const dir = tempDir();
+    const commands = ["ls", "read", "write", "edit", "glob", "grep", "exec", "upload", "download", "sync", "mcp", "demo"];
+    const runs = await Promise.all(commands.map((command) => strata(dir, [command, "--help"])));
+    commands.forEach((command, i) => {
+      expect(runs[i]?.status, command).toBe(0);
+      expect(runs[i]?.out).toContain(`Usage: strata ${command}`);
+    });
+    expect((await strata(dir, ["--help"])).status).toBe(0);
+  });
+});
+
+describe("strata sync", () => {
+  it("copies a folder into sqlite: and back; --dry-run changes nothing, --delete mirrors", { timeout: SLOW }, async () => {
+    const binary = Uint8Array.from({ length: 4096 }, (_, i) => (i * 31) & 0xff);
+    const dir = tempDir({ "src/a.txt": "alpha\n", "src/sub/b.txt": "beta\n", "src/sub/deep/c.bin": binary });
+    const db = "sqlite:.strata/sync.db";
+
+    // Piped: quiet.
+    const first = await strata(dir, ["sync", "src", db]);
+    expect(first).toMatchObject({ status: 0, out: "", err: "" });
+    expect((await strata(dir, ["glob", "**", "-b", db])).out).toBe("/a.txt\n/sub/b.txt\n/sub/deep/c.bin\n");
+
+    // Nothing changed: nothing to do.
+    expect((await strata(dir, ["sync", "src", db, "--dry-run"])).out).toBe("");
+    writeFileSync(join(dir, "src/a.txt"), "ALPHA\n");
+    writeFileSync(join(dir, "src/new.txt"), "new\n");
+    const plan = await strata(dir, ["sync", "src", db, "--dry-run"]);
+    expect(plan.out).toBe("+ /new.txt\n~ /a.txt\n");
+    expect((await strata(dir, ["read", "a.txt", "-b", db])).out).toBe("alpha\n");
+    const json = JSON.parse((await strata(dir, ["sync", "src", db, "--json"])).out);
+    expect(json).toEqual({ dryRun: false, added: ["/new.txt"], updated: ["/a.txt"], deleted: [], unchanged: 2 });
+    expect((await strata(dir, ["read", "a.txt", "-b", db])).out).toBe("ALPHA\n");
+
+    // Back out into a folder that has extra files: kept without --delete, removed with it.
+    mkdirSync(join(dir, "out/old/deep"), { recursive: true });
+    writeFileSync(join(dir, "out/old/deep/x.txt"), "stale");
+    writeFileSync(join(dir, "out/junk.txt"), "junk");
+    writeFileSync(join(dir, "out/a.txt"), "stale a");
+    expect((await strata(dir, ["sync", db, "out"])).status).toBe(0);
+    expect(tree(join(dir, "out"))).toEqual(["a.txt", "junk.txt", "new.txt", "old/deep/x.txt", "sub/b.txt", "sub/deep/c.bin"]);
+
+    const dry = await strata(dir, ["sync", db, "out", "--delete", "--dry-run"]);
+    expect(dry.out).toBe("- /junk.txt\n- /old/\n");
+    expect(tree(join(dir, "out"))).toContain("junk.txt");
+    expect((await strata(dir, ["sync", db, "out", "--delete"])).status).toBe(0);
+    expect(tree(join(dir, "out"))).toEqual(tree(join(dir, "src")));
+    for (const file of tree(join(dir, "src"))) expect(readFileSync(join(dir, "out", file))).toEqual(readFileSync(join(dir, "src", file)));
+    expect(existsSync(join(dir, "out/old"))).toBe(false);
+
+    // A dry run into a folder that does not exist creates nothing.
+    expect((await strata(dir, ["sync", "src", "fresh", "--dry-run"])).out).toBe("+ /a.txt\n+ /new.txt\n+ /sub/b.txt\n+ /sub/deep/c.bin\n");
+    expect(existsSync(join(dir, "fresh"))).toBe(false);
+
+    // A source that is not there: one line, status 3.
+    expectFailure(await strata(dir, ["sync", "nowhere", db]), 3, "file_not_found", dir);
+  });
+});
+
+describe("strata exec", () => {
+  it("runs in bubblewrap: streams the output, exits with the command's status, --json answers the result", { timeout: SLOW }, async () => {
+    const why = await BubblewrapSandbox.unavailableReason();
+    if (why) providerMissing("bubblewrap", why, "40-bubblewrap.sh");
+    const dir = tempDir({ "hello.txt": "hi from the workspace\n" });
+    const run = await strata(dir, ["exec", "--sandbox", "bwrap", "cat hello.txt; pwd; exit 7"]);
+    expect(run.status).toBe(7);
+    expect(run.out).toBe("hi from the workspace\n/workspace\n");
+    const json = JSON.parse((await strata(dir, ["exec", "--json", "echo", "made", ">", "made.txt"])).out);
+    expect(json).toEqual({ output: "", exitCode: 0, truncated: false });
+    expect(readFileSync(join(dir, "made.txt"), "utf8")).toBe("made\n");
+    const timedOut = await strata(dir, ["exec", "--timeout", "1", "sleep 20"]);
+    expect(timedOut.status).toBe(124);
+  });
+});
+
+describe("strata demo", () => {
+  it("runs on embedded defaults from any directory", { timeout: SLOW }, async () => {
+    const dir = tempDir();
+    const run = await strata(dir, ["demo"]);
+    expect(run.status, run.err).toBe(0);
+    expect(run.out).toContain("hello from");
+    expect(run.out).toContain("invalid_path");
+    expect(existsSync(join(dir, ".strata", "demo.db"))).toBe(true);
+  });
+});
