@@ -8,7 +8,6 @@ import { DEFAULT_MAX_VALUE_SIZE, DEFAULT_PAGE, MAX_PAGE, treePrefix } from "./re
 import {
   checkBatchConsistent,
   checkBatchQuota,
-  checkTreeFor,
   describeKey,
   namespaceKey,
   storeClosed,
@@ -85,7 +84,11 @@ class Space {
 
   /** The `putFile` tree check; synchronous, so no other write can run between it and the put. */
   checkTree(key: string): void {
-    checkTreeFor(key, (k) => this.items.has(k), (k) => this.tree.isDirectory(k));
+    // checkTreeFor's rule, walked in place: no list of ancestors, no closures, on every write.
+    if (key === "/" || this.tree.isDirectory(key)) throw errors.isDirectory(key);
+    for (let i = key.indexOf("/", 1); i !== -1; i = key.indexOf("/", i + 1)) {
+      if (this.items.has(key.slice(0, i))) throw errors.notADirectory(key);
+    }
   }
 
   /** Keys starting with `prefix`, from the first one greater than `after`. */
