@@ -107,7 +107,8 @@ export interface MemoryStoreOptions extends StoreQuotaOptions {
 /**
  * Records in a Map: the store for tests, browsers and short-lived agents.
  * Pure TypeScript (no `node:` imports). Values are copied in and out, so a
- * caller mutating a record cannot change what is stored.
+ * caller mutating a record cannot change what is stored (putFileSync keeps
+ * the value it is handed over, as its contract says).
  */
 export class MemoryStore implements Store {
   private readonly spaces = new Map<string, Space>();
@@ -141,7 +142,7 @@ export class MemoryStore implements Store {
   }
 
   putFileSync(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): number {
-    return this.putOne(namespace, key, value, options, true);
+    return this.putOne(namespace, key, value, options, true, true);
   }
 
   async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
@@ -152,14 +153,15 @@ export class MemoryStore implements Store {
     return this.putBatch(namespace, entries, true);
   }
 
-  private putOne(namespace: Namespace, key: string, value: FileData, options: PutOptions, asFile: boolean): number {
+  /** `handedOver`: the caller gives `value` up (putFileSync), so it is kept without a copy. */
+  private putOne(namespace: Namespace, key: string, value: FileData, options: PutOptions, asFile: boolean, handedOver = false): number {
     const space = this.space(namespace, true);
     const current = space.items.get(checkedKey(key));
     const size = this.checkValue(key, value);
     if (!versionMatches(options.expectedVersion, current?.version)) throw versionConflict(key, options.expectedVersion ?? null, current?.version);
     if (asFile) space.checkTree(key);
     if (this.quota) checkQuota(this.quota, space.usage, { bytes: size - (current ? fileDataSize(current.value) : 0), files: current ? 0 : 1 }, key);
-    space.set({ key, value: copyValue(value), version: ++this.version }, size);
+    space.set({ key, value: handedOver ? value : copyValue(value), version: ++this.version }, size);
     return this.version;
   }
 
@@ -247,7 +249,11 @@ export class MemoryStore implements Store {
   /** `namespaceKey`, without validating and serialising again a namespace equal to the last one. */
   private namespaceId(namespace: Namespace): string {
     const last = this.lastNamespace;
-    if (last && Array.isArray(namespace) && namespace.length === last.length && namespace.every((part, i) => part === last[i])) return this.lastId;
+    if (last && Array.isArray(namespace) && namespace.length === last.length) {
+      let same = true;
+      for (let i = 0; same && i < last.length; i++) same = namespace[i] === last[i];
+      if (same) return this.lastId;
+    }
     const id = namespaceKey(namespace);
     this.lastNamespace = [...namespace];
     this.lastId = id;

@@ -84,7 +84,11 @@ export interface Store {
    * form when it is there. Engines that do I/O omit it.
    */
   getSync?(namespace: Namespace, key: string): StoredItem | undefined;
-  /** `putFile`, answered at once (see `getSync`): the same atomic checks and errors, thrown. */
+  /**
+   * `putFile`, answered at once (see `getSync`): the same atomic checks and
+   * errors, thrown. `value` is handed over: the store may keep that very
+   * object, so the caller must not change it afterwards.
+   */
   putFileSync?(namespace: Namespace, key: string, value: FileData, options?: PutOptions): number;
   /** Stores many values atomically where the engine has transactions; returns new versions in order. */
   putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]>;
