@@ -7,6 +7,7 @@ import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCoun
 import { ancestorsOf, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import { BackendRuntime, type BackendFactory } from "../core/protocol.js";
 import type {
+  Changed,
   FilesUpdate,
   DeleteResult,
   EditResult,
@@ -15,6 +16,7 @@ import type {
   FileInfo,
   GrepMatch,
   GrepResult,
+  Result,
   WriteResult,
 } from "../core/types.js";
 import { DEFAULT_PAGE, treePrefix } from "../stores/records.js";
@@ -36,6 +38,8 @@ export interface StoreBackendOptions {
 }
 
 const DEFAULT_NAMESPACE: Namespace = ["filesystem"];
+/** The put options of a create: succeed only where no record exists. */
+const CREATE = Object.freeze({ expectedVersion: null });
 
 /**
  * Files in a Store (memory, SQLite, PostgreSQL, Redis, a LangGraph store),
@@ -63,7 +67,9 @@ export class StoreBackend extends BaseBackend {
 
   /** The namespace of the current call. */
   get namespace(): Namespace {
-    const namespace = typeof this.namespaceSpec === "function" ? this.namespaceSpec(this.runtime) : this.namespaceSpec;
+    // A fixed namespace was validated once, in the constructor.
+    if (typeof this.namespaceSpec !== "function") return this.namespaceSpec;
+    const namespace = this.namespaceSpec(this.runtime);
     validateNamespace(namespace);
     return namespace;
   }
@@ -97,7 +103,7 @@ export class StoreBackend extends BaseBackend {
       const existing = overwrite || !this.store.putFile ? await this.store.get(ns, path) : undefined;
       if (existing && !overwrite) throw errors.alreadyExists(path);
       const data = fileDataFromText(content, existing?.value.created_at);
-      const putOptions = overwrite ? {} : { expectedVersion: null };
+      const putOptions = overwrite ? {} : CREATE;
       try {
         if (this.store.putFile) {
           this.checkSize(path, data);
@@ -113,6 +119,50 @@ export class StoreBackend extends BaseBackend {
     } catch (error) {
       return failure(error, path);
     }
+  }
+
+  // ---- the in-process fast path ----
+  // Over a store that answers at once (getSync, putFileSync), a plain read or
+  // create of a file is done here, without the promise chain of the generic
+  // route (options check, driver call, store call), which costs more than the
+  // operation. It applies only where the generic route would do exactly the
+  // same: no options, a fixed namespace, this class's own driver methods.
+  // Anything else, and every failure, takes the generic route, which then
+  // gives the answer (a failed create changed nothing, so it is safe to redo).
+
+  override readRaw(path: unknown, options?: unknown): Promise<Result<{ path: string; data: FileData }>> {
+    const store = this.store;
+    if (options === undefined && typeof path === "string" && store.getSync && this.direct && this.doReadRaw === StoreBackend.prototype.doReadRaw) {
+      try {
+        const key = normalizePath(path);
+        const item = store.getSync(this.namespaceSpec as Namespace, key);
+        if (item) return Promise.resolve({ path: key, data: toFileDataV2(item.value) });
+      } catch {
+        // the generic route answers it
+      }
+    }
+    return super.readRaw(path, options);
+  }
+
+  override write(path: unknown, content: unknown, options?: unknown): Promise<Result<Changed>> {
+    const store = this.store;
+    if (options === undefined && typeof path === "string" && typeof content === "string" && store.putFileSync && this.direct && this.doWrite === StoreBackend.prototype.doWrite) {
+      try {
+        const key = normalizePath(path);
+        const data = fileDataFromText(content);
+        this.checkSize(key, data);
+        store.putFileSync(this.namespaceSpec as Namespace, key, data, CREATE);
+        return Promise.resolve({ path: key, filesUpdate: null });
+      } catch {
+        // the generic route answers it
+      }
+    }
+    return super.write(path, content, options);
+  }
+
+  /** True when the fast path applies: a fixed namespace and caller paths that are driver paths. */
+  private get direct(): boolean {
+    return typeof this.namespaceSpec !== "function" && this.pathRoot === "/";
   }
 
   protected async doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
@@ -277,8 +327,9 @@ export class StoreBackend extends BaseBackend {
   }
 
   private checkSize(path: string, data: FileData): void {
+    if (this.maxFileSize === undefined) return;
     const size = fileDataSize(data);
-    if (this.maxFileSize !== undefined && size > this.maxFileSize) throw errors.tooLarge(path, size, this.maxFileSize);
+    if (size > this.maxFileSize) throw errors.tooLarge(path, size, this.maxFileSize);
   }
 
   private async isDirectory(ns: Namespace, path: string): Promise<boolean> {

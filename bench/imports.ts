@@ -9,6 +9,9 @@
  * The sources are transpiled file by file with esbuild (what tsc emits into
  * dist/, without bundling) into the cache directory, so the figure is that of
  * the built package and not of a TypeScript loader.
+ *
+ * Each engine's first use is measured too: loading its package after the root
+ * import, in a fresh process, as the class does when first constructed.
  */
 import { execFile } from "node:child_process";
 import { mkdirSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
@@ -52,6 +55,37 @@ const files = Object.keys(createRequire(import.meta.url).cache);
 const engines = ${JSON.stringify(ENGINES)}.filter((name) => files.some((file) => file.includes("/node_modules/" + name + "/")));
 process.stdout.write(JSON.stringify({ importMs, engines }));
 `;
+
+/** What loading one engine package costs the first time its class is used, after the root import (as optionalPackage loads it). */
+const ENGINE_CHILD = `
+const entry = process.argv[1];
+await import(entry);
+const { createRequire } = await import("node:module");
+const require = createRequire(entry);
+const t0 = performance.now();
+require(process.argv[2]);
+process.stdout.write(JSON.stringify({ loadMs: performance.now() - t0 }));
+`;
+
+/** The class whose first use loads each engine package. */
+const ENGINE_USERS: Record<string, string> = {
+  pg: "PostgresStore",
+  ioredis: "RedisStore",
+  dockerode: "DockerSandbox",
+  ssh2: "SshSandbox",
+  "better-sqlite3": "SqliteStore",
+};
+
+function engineLoadOnce(entry: string, name: string, cwd: string): Promise<number> {
+  const env = { ...process.env };
+  delete env.NODE_OPTIONS;
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ["--input-type=module", "-e", ENGINE_CHILD, pathToFileURL(entry).href, name], { cwd, env, timeout: 60_000 }, (error, stdout, stderr) => {
+      if (error) return reject(new Error(`loading ${name} failed: ${stderr.trim().split("\n").slice(-3).join(" | ") || error.message}`));
+      resolve((JSON.parse(stdout) as { loadMs: number }).loadMs);
+    });
+  });
+}
 
 function importOnce(entry: string, cwd: string): Promise<Sample> {
   const env = { ...process.env };
@@ -109,6 +143,27 @@ export const importGroup: BenchGroup = {
     });
     const rootEngines = [...new Set(samples[0]!.flatMap((s) => s.engines))];
     results[0]!.target = { kind: "check", met: rootEngines.length === 0, text: `loads no engine package (${ENGINES.join(", ")})` };
+    // Each engine's first use: what its class adds on top of the root import, a fresh process per sample.
+    const engineRuns = ctx.quick ? 3 : ctx.reps;
+    for (const name of ENGINES) {
+      const times: number[] = [];
+      const user = ENGINE_USERS[name]!;
+      let failed: string | undefined;
+      try {
+        for (let i = 0; i < engineRuns; i++) times.push(await engineLoadOnce(entries[0]!.file, name, out));
+        ctx.log(`${user} first use (loads ${name}): p50 ${formatMs(median(times))}`);
+      } catch (error) {
+        failed = error instanceof Error ? error.message : String(error); // an optional package not installed here
+      }
+      results.push({
+        group: this.name,
+        name: `first use of ${user} after the root import (loads ${name}), fresh process`,
+        strata: { name: user, medianMs: failed ? Number.NaN : median(times), samples: times.length, failed },
+        peers: [],
+        warnings: [],
+        notes: ["Time to load the engine package the way the class does on its first use (a synchronous require), after the root import, in a fresh process."],
+      });
+    }
     return results;
   },
 };

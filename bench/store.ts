@@ -96,6 +96,7 @@ async function fill(stores: Stores, prefix: string, count: number, withAgentfs: 
 
 const TEN_TIMES: Target = { kind: "ratio", peer: "agentfs-sdk", min: 10, text: "≥ 10× faster" };
 const DEEPAGENTS = "deepagents StoreBackend + InMemoryStore";
+const TWICE_DEEPAGENTS: Target = { kind: "ratio", peer: DEEPAGENTS, min: 2, text: "≥ 2× faster" };
 
 // ---------------------------------------------------------------- large data sets
 
@@ -224,6 +225,7 @@ export const storeGroup: BenchGroup = {
         await compare({
           ...writes,
           name: `${count} small writes, in memory (new files, one call each)`,
+          target: TWICE_DEEPAGENTS,
           strata: writer("Strata StoreBackend + MemoryStore", async (path, text) => !(await wMemory.write(path, text)).error),
           peers: [writer("deepagents StoreBackend + InMemoryStore", async (path, text) => !(await w.deepagents.write(path, text)).error)],
         }),
@@ -253,6 +255,7 @@ export const storeGroup: BenchGroup = {
         await compare({
           ...common,
           name: `${count} small reads, in memory (whole file, one call each; ${readAnswer})`,
+          target: TWICE_DEEPAGENTS,
           strata: reader("Strata StoreBackend + MemoryStore", async (path) => textOf(await rMemory.readRaw(path))),
           peers: [
             reader("deepagents StoreBackend + InMemoryStore", async (path) => {

@@ -42,8 +42,17 @@ export function toFileDataV2(data: FileData): FileDataV2 {
   return data;
 }
 
+let lastMs = Number.NaN;
+let lastStamp = "";
+
+/** The current time as an ISO string; formatting a Date costs more than a small write, so one string serves each millisecond. */
 export function now(): string {
-  return new Date().toISOString();
+  const ms = Date.now();
+  if (ms !== lastMs) {
+    lastMs = ms;
+    lastStamp = new Date(ms).toISOString();
+  }
+  return lastStamp;
 }
 
 /**

@@ -19,6 +19,7 @@ const encoder = new TextEncoder();
  * a drive letter, a backslash, or an over-long path or segment.
  */
 export function normalizePath(input: string): string {
+  if (isPlainNormal(input)) return input;
   // Never String(input): an agent's JSON object can carry a `toString` that is not a function.
   if (typeof input !== "string") throw errors.invalidPath(`(${input === null ? "null" : typeof input})`, "path must be a string");
   if (input.length === 0) throw errors.invalidPath(input, "path is empty");
@@ -38,6 +39,30 @@ export function normalizePath(input: string): string {
     segments.push(segment);
   }
   return "/" + segments.join("/");
+}
+
+/**
+ * True for a path that is already normal and that every rule above accepts:
+ * printable ASCII without a backslash, one `/` before each non-empty segment,
+ * no segment over the byte limit, no `.` or `..` segment, no segment
+ * starting with `.strata-` (the reserved names). Most paths are; normalising them again is the hot path of
+ * every operation, so they are recognised in one scan without allocating.
+ * Anything else takes the full route.
+ */
+function isPlainNormal(input: string): boolean {
+  if (typeof input !== "string") return false;
+  const length = input.length;
+  if (length < 2 || length > MAX_PATH_LENGTH || input.charCodeAt(0) !== 47 /* / */) return false;
+  let start = 1;
+  for (let i = 1; i <= length; i++) {
+    const c = i === length ? 47 : input.charCodeAt(i);
+    if (c === 47) {
+      if (i === start || i - start > MAX_SEGMENT_BYTES) return false;
+      if (input.charCodeAt(start) === 46 /* . */ && ((i - start <= 2 && input.charCodeAt(i - 1) === 46) || input.startsWith(".strata-", start))) return false;
+      start = i + 1;
+    } else if (c < 0x20 || c > 0x7e || c === 92 /* \ */) return false;
+  }
+  return true;
 }
 
 const TEMP_PREFIX = ".strata-tmp-";

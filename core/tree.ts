@@ -15,6 +15,12 @@ export class DirectoryIndex {
   }
 
   addFile(path: string): void {
+    // Most files land in a directory that already exists: one lookup, no list of ancestors.
+    const parent = this.children.get(parentOf(path));
+    if (parent) {
+      parent.add(baseName(path));
+      return;
+    }
     let child = path;
     for (const dir of ancestorsOf(path).reverse()) {
       const names = this.children.get(dir);

@@ -1,3 +1,4 @@
+import { errors } from "../core/errors.js";
 import { fileDataSize, fileDataText } from "../core/filedata.js";
 import { checkQuota, validateQuota, type Quota } from "../core/limits.js";
 import { joinPath } from "../core/paths.js";
@@ -7,8 +8,6 @@ import { DEFAULT_MAX_VALUE_SIZE, DEFAULT_PAGE, MAX_PAGE, treePrefix } from "./re
 import {
   checkBatchConsistent,
   checkBatchQuota,
-  checkTreeFor,
-  checkValueSize,
   describeKey,
   namespaceKey,
   storeClosed,
@@ -31,18 +30,25 @@ import {
 class Space {
   readonly items = new Map<string, StoredItem>();
   readonly tree = new DirectoryIndex();
-  /** Keys in code-unit order, maintained by binary insertion so listings never re-sort. */
-  readonly sorted: string[] = [];
+  /** Keys in code-unit order, once `unsorted` is merged in: listings never re-sort the whole set. */
+  private readonly ordered: string[] = [];
+  /**
+   * Keys added since the last listing, in arrival order. Inserting each into
+   * `ordered` at once would move half the array per new file (O(n) per write);
+   * the next listing sorts these few and merges them in one pass instead.
+   */
+  private unsorted: string[] = [];
   /** Total bytes of content, for the quota. */
   bytes = 0;
 
-  set(item: StoredItem): void {
+  /** `size`: the value's size in bytes, when the caller has it already. */
+  set(item: StoredItem, size = fileDataSize(item.value)): void {
     const previous = this.items.get(item.key);
     if (!previous) {
-      this.sorted.splice(lowerBound(this.sorted, item.key), 0, item.key);
+      this.unsorted.push(item.key);
       this.tree.addFile(item.key);
     }
-    this.bytes += fileDataSize(item.value) - (previous ? fileDataSize(previous.value) : 0);
+    this.bytes += size - (previous ? fileDataSize(previous.value) : 0);
     this.items.set(item.key, item);
   }
 
@@ -51,9 +57,20 @@ class Space {
     if (!previous) return false;
     this.items.delete(key);
     this.bytes -= fileDataSize(previous.value);
-    this.sorted.splice(lowerBound(this.sorted, key), 1);
+    const sorted = this.sorted;
+    sorted.splice(lowerBound(sorted, key), 1);
     this.tree.removeFile(key);
     return true;
+  }
+
+  /** Every key in code-unit order. */
+  get sorted(): string[] {
+    if (this.unsorted.length > 0) {
+      const added = this.unsorted.sort();
+      this.unsorted = [];
+      mergeInto(this.ordered, added);
+    }
+    return this.ordered;
   }
 
   get usage() {
@@ -67,13 +84,18 @@ class Space {
 
   /** The `putFile` tree check; synchronous, so no other write can run between it and the put. */
   checkTree(key: string): void {
-    checkTreeFor(key, (k) => this.items.has(k), (k) => this.tree.isDirectory(k));
+    // checkTreeFor's rule, walked in place: no list of ancestors, no closures, on every write.
+    if (key === "/" || this.tree.isDirectory(key)) throw errors.isDirectory(key);
+    for (let i = key.indexOf("/", 1); i !== -1; i = key.indexOf("/", i + 1)) {
+      if (this.items.has(key.slice(0, i))) throw errors.notADirectory(key);
+    }
   }
 
   /** Keys starting with `prefix`, from the first one greater than `after`. */
   *keys(prefix: string, after?: string): Generator<string> {
-    const from = after !== undefined && after >= prefix ? upperBound(this.sorted, after) : lowerBound(this.sorted, prefix);
-    for (let i = from; i < this.sorted.length && this.sorted[i]!.startsWith(prefix); i++) yield this.sorted[i]!;
+    const sorted = this.sorted;
+    const from = after !== undefined && after >= prefix ? upperBound(sorted, after) : lowerBound(sorted, prefix);
+    for (let i = from; i < sorted.length && sorted[i]!.startsWith(prefix); i++) yield sorted[i]!;
   }
 }
 
@@ -85,7 +107,8 @@ export interface MemoryStoreOptions extends StoreQuotaOptions {
 /**
  * Records in a Map: the store for tests, browsers and short-lived agents.
  * Pure TypeScript (no `node:` imports). Values are copied in and out, so a
- * caller mutating a record cannot change what is stored.
+ * caller mutating a record cannot change what is stored (putFileSync keeps
+ * the value it is handed over, as its contract says).
  */
 export class MemoryStore implements Store {
   private readonly spaces = new Map<string, Space>();
@@ -100,6 +123,10 @@ export class MemoryStore implements Store {
   }
 
   async get(namespace: Namespace, key: string): Promise<StoredItem | undefined> {
+    return this.getSync(namespace, key);
+  }
+
+  getSync(namespace: Namespace, key: string): StoredItem | undefined {
     const item = this.space(namespace, false)?.items.get(checkedKey(key));
     return item && copyItem(item);
   }
@@ -114,6 +141,10 @@ export class MemoryStore implements Store {
     return this.putOne(namespace, key, value, options, true);
   }
 
+  putFileSync(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): number {
+    return this.putOne(namespace, key, value, options, true, true);
+  }
+
   async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
     return this.putBatch(namespace, entries, false);
   }
@@ -122,15 +153,15 @@ export class MemoryStore implements Store {
     return this.putBatch(namespace, entries, true);
   }
 
-  private putOne(namespace: Namespace, key: string, value: FileData, options: PutOptions, asFile: boolean): number {
+  /** `handedOver`: the caller gives `value` up (putFileSync), so it is kept without a copy. */
+  private putOne(namespace: Namespace, key: string, value: FileData, options: PutOptions, asFile: boolean, handedOver = false): number {
     const space = this.space(namespace, true);
     const current = space.items.get(checkedKey(key));
-    this.checkValue(key, value);
+    const size = this.checkValue(key, value);
     if (!versionMatches(options.expectedVersion, current?.version)) throw versionConflict(key, options.expectedVersion ?? null, current?.version);
     if (asFile) space.checkTree(key);
-    const size = fileDataSize(value);
-    checkQuota(this.quota, space.usage, { bytes: size - (current ? fileDataSize(current.value) : 0), files: current ? 0 : 1 }, key);
-    space.set({ key, value: structuredClone(value), version: ++this.version });
+    if (this.quota) checkQuota(this.quota, space.usage, { bytes: size - (current ? fileDataSize(current.value) : 0), files: current ? 0 : 1 }, key);
+    space.set({ key, value: handedOver ? value : copyValue(value), version: ++this.version }, size);
     return this.version;
   }
 
@@ -145,7 +176,7 @@ export class MemoryStore implements Store {
     if (asFiles) checkBatchConsistent(entries.map(([key]) => key));
     checkBatchQuota(this.quota, space.usage, entries.map(([key, value]) => [key, fileDataSize(value)] as const), (key) => space.sizeOf(key));
     return entries.map(([key, value]) => {
-      space.set({ key, value: structuredClone(value), version: ++this.version });
+      space.set({ key, value: copyValue(value), version: ++this.version });
       return this.version;
     });
   }
@@ -203,20 +234,55 @@ export class MemoryStore implements Store {
     this.spaces.clear();
   }
 
-  private checkValue(key: string, value: FileData): void {
+  /** Validates a value and answers its size in bytes. */
+  private checkValue(key: string, value: FileData): number {
     validateValue(value);
-    checkValueSize(key, value, this.maxValueSize);
+    const size = fileDataSize(value);
+    if (size > this.maxValueSize) throw errors.tooLarge(key, size, this.maxValueSize);
+    return size;
+  }
+
+  /** The last namespace's parts and id: a backend asks for the same namespace call after call. */
+  private lastNamespace: readonly string[] | undefined;
+  private lastId = "";
+
+  /** `namespaceKey`, without validating and serialising again a namespace equal to the last one. */
+  private namespaceId(namespace: Namespace): string {
+    const last = this.lastNamespace;
+    if (last && Array.isArray(namespace) && namespace.length === last.length) {
+      let same = true;
+      for (let i = 0; same && i < last.length; i++) same = namespace[i] === last[i];
+      if (same) return this.lastId;
+    }
+    const id = namespaceKey(namespace);
+    this.lastNamespace = [...namespace];
+    this.lastId = id;
+    return id;
   }
 
   private space(namespace: Namespace, create: true): Space;
   private space(namespace: Namespace, create: boolean): Space | undefined;
   private space(namespace: Namespace, create: boolean): Space | undefined {
     if (this.closed) throw storeClosed();
-    const id = namespaceKey(namespace);
+    const id = this.namespaceId(namespace);
     let space = this.spaces.get(id);
     if (!space && create) this.spaces.set(id, (space = new Space()));
     return space;
   }
+}
+
+/**
+ * A copy no caller can reach into. A record whose fields are all strings (every
+ * record Strata writes) is copied field by field, a fraction of the cost of
+ * structuredClone; anything else (a legacy list of lines, an extra object) is
+ * cloned deeply.
+ */
+function copyValue(value: FileData): FileData {
+  for (const key in value) {
+    const field = (value as unknown as Record<string, unknown>)[key];
+    if (typeof field === "object" && field !== null) return structuredClone(value);
+  }
+  return { ...value };
 }
 
 function checkedKey(key: string): string {
@@ -229,7 +295,18 @@ function describe(item: StoredItem): StoredKey {
 }
 
 function copyItem(item: StoredItem): StoredItem {
-  return { key: item.key, value: structuredClone(item.value), version: item.version };
+  return { key: item.key, value: copyValue(item.value), version: item.version };
+}
+
+/** Merges sorted `added` (no key already in `into`) into sorted `into`, in place, from the back. */
+function mergeInto(into: string[], added: readonly string[]): void {
+  let i = into.length - 1;
+  let j = added.length - 1;
+  into.length += added.length;
+  for (let k = into.length - 1; j >= 0; k--) {
+    if (i >= 0 && into[i]! > added[j]!) into[k] = into[i--]!;
+    else into[k] = added[j--]!;
+  }
 }
 
 function lowerBound(sorted: readonly string[], key: string): number {

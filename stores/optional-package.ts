@@ -12,7 +12,8 @@
 import { createRequire } from "node:module";
 import { StrataError } from "../core/errors.js";
 
-const require = createRequire(import.meta.url);
+/** Made on the first package load: creating it costs a root import that loads no engine a millisecond or two. */
+let require: NodeJS.Require | undefined;
 
 /**
  * A function that returns package `name`, loading it on its first call. A
@@ -25,6 +26,7 @@ export function optionalPackage<T>(name: string, user: string): () => T {
   return () => {
     if (loaded === undefined) {
       try {
+        require ??= createRequire(import.meta.url);
         loaded = require(name) as T;
       } catch (error) {
         throw loadError(name, user, error);

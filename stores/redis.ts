@@ -286,8 +286,15 @@ interface Script {
   sha: string;
 }
 
+/** A script whose digest is computed on first use: hashing at import would cost every program that never opens a RedisStore. */
 function script(lua: string): Script {
-  return { lua, sha: createHash("sha1").update(lua).digest("hex") };
+  let sha: string | undefined;
+  return {
+    lua,
+    get sha() {
+      return (sha ??= createHash("sha1").update(lua).digest("hex"));
+    },
+  };
 }
 
 const SCRIPTS = {

@@ -77,6 +77,19 @@ export interface Store {
    * without it the backend stores file by file with `putFile`.
    */
   putFiles?(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]>;
+  /**
+   * `get`, answered at once: for engines whose records live in this process
+   * (MemoryStore), with the same checks, errors and copies as `get`. A small
+   * read costs less than the promises around it, so StoreBackend uses this
+   * form when it is there. Engines that do I/O omit it.
+   */
+  getSync?(namespace: Namespace, key: string): StoredItem | undefined;
+  /**
+   * `putFile`, answered at once (see `getSync`): the same atomic checks and
+   * errors, thrown. `value` is handed over: the store may keep that very
+   * object, so the caller must not change it afterwards.
+   */
+  putFileSync?(namespace: Namespace, key: string, value: FileData, options?: PutOptions): number;
   /** Stores many values atomically where the engine has transactions; returns new versions in order. */
   putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]>;
   /** Removes a key; false when it did not exist. */

@@ -31,6 +31,27 @@ describe("normalizePath", () => {
       }),
     );
   });
+  it("answers an already normal path (its one-scan route) as the full route does", () => {
+    // A leading "//" always takes the full route, and folds to the same path.
+    const outcome = (path: string) => {
+      try {
+        return normalizePath(path);
+      } catch {
+        return "refused";
+      }
+    };
+    const piece = fc.oneof(fc.constantFrom("/", ".", "..", "\\", "~", "\0", "é", " ", ".strata-tmp-", ".strata-lock-", ".strata-", "C:"), fc.stringMatching(/^[a-z.]{1,4}$/));
+    fc.assert(
+      fc.property(fc.array(piece, { maxLength: 10 }), (pieces) => {
+        const path = `/${pieces.join("")}`;
+        expect(outcome(path)).toBe(outcome(`/${path}`));
+      }),
+      { numRuns: 2000 },
+    );
+    expect(normalizePath(`/${"x".repeat(255)}`)).toBe(`/${"x".repeat(255)}`);
+    expect(outcome(`/${"x".repeat(256)}`)).toBe("refused");
+    expect(outcome(`/a/${"x".repeat(4094)}`)).toBe("refused");
+  });
 });
 
 describe("read formatting", () => {

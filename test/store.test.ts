@@ -383,3 +383,57 @@ describe("prefixEnd", () => {
     expect(prefixEnd("\u{10ffff}")).toBeUndefined();
   });
 });
+
+describe("StoreBackend's in-process fast path (MemoryStore)", () => {
+  it("answers a plain create and read exactly as the generic route does", async () => {
+    const store = new MemoryStore();
+    const fast = new StoreBackend({ store, namespace: ["fast"] });
+    // A namespace function turns the fast path off: the same calls go the generic route.
+    const generic = new StoreBackend({ store, namespace: () => ["generic"] });
+    for (const backend of [fast, generic]) {
+      expect(await backend.write("notes//a.txt", "one")).toEqual({ path: "/notes/a.txt", filesUpdate: null });
+      const read = await backend.readRaw("/notes/a.txt");
+      expect(read).toMatchObject({ path: "/notes/a.txt", data: { content: "one", encoding: "utf-8" } });
+      expect((await backend.write("/notes/a.txt", "two")).error?.code).toBe("already_exists");
+      expect((await backend.write("/notes", "x")).error?.code).toBe("is_directory");
+      expect((await backend.write("/notes/a.txt/b", "x")).error?.code).toBe("not_a_directory");
+      expect((await backend.write("/.strata-tmp-x", "x")).error?.code).toBe("invalid_path");
+      expect((await backend.readRaw("/notes")).error?.code).toBe("is_directory");
+      expect((await backend.readRaw("/missing")).error?.code).toBe("file_not_found");
+      expect((await backend.write("/notes/a.txt", "three", { overwrite: true })).error).toBeUndefined();
+      // What a caller holds is a copy: changing it changes nothing stored.
+      const held = await backend.readRaw("/notes/a.txt");
+      if (held.error) throw new Error(held.error.message);
+      (held.data as FileDataV2).content = "changed";
+      expect(await backend.readRaw("/notes/a.txt")).toMatchObject({ data: { content: "three" } });
+    }
+  });
+
+  it("keeps a write's size limit and the store's quota", async () => {
+    const backend = new StoreBackend({ store: new MemoryStore({ quota: { maxFiles: 1 } }), namespace: ["q"], maxFileSize: 4 });
+    expect((await backend.write("/big", "12345")).error?.code).toBe("too_large");
+    expect((await backend.write("/a", "1")).error).toBeUndefined();
+    expect((await backend.write("/b", "1")).error?.code).toBe("quota_exceeded");
+  });
+
+  it("lists keys in order after writes in any order, deletes and rewrites", async () => {
+    const store = new MemoryStore();
+    const ns = ["order"];
+    const keys = Array.from({ length: 300 }, (_, i) => `/d${(i * 7919) % 13}/f${(i * 104729) % 300}`);
+    for (const key of keys) await store.put(ns, key, text(key));
+    await store.list(ns, { limit: 1 }); // merges the keys added so far
+    for (const key of keys.slice(0, 100)) await store.delete(ns, key);
+    for (const key of keys.slice(50, 80)) await store.put(ns, key, text("again"));
+    await store.put(ns, "/a", text("first"));
+    const expected = [...new Set([...keys.slice(50, 80), ...keys.slice(100), "/a"])].sort();
+    const listed: string[] = [];
+    let after: string | undefined;
+    do {
+      const page = await store.list(ns, { after, limit: 37 });
+      listed.push(...page.items.map((item) => item.key));
+      after = page.next;
+    } while (after !== undefined);
+    expect(listed).toEqual(expected);
+    expect((await store.deleteTree(ns, "/d3")).sort()).toEqual(expected.filter((key) => key.startsWith("/d3/")));
+  });
+});
