@@ -47,8 +47,10 @@ function workspace(files: Record<string, string | Uint8Array> = {}): string {
 type Roots = { current: string[] };
 
 async function stdioClient(args: string[], options: { cwd?: string; roots?: Roots; env?: Record<string, string> } = {}): Promise<Client> {
-  const env = options.env ? { ...(process.env as Record<string, string>), ...options.env } : undefined;
-  const transport = new StdioClientTransport({ command: process.execPath, args: [...NODE_ARGS, ...args], cwd: options.cwd ?? ROOT, stderr: "pipe", ...(env ? { env } : {}) });
+  // The test's own environment, not the SDK's default handful of variables: the Node 24 pass loads its
+  // better-sqlite3 build through NODE_OPTIONS, which the server process needs too.
+  const env = { ...(process.env as Record<string, string>), ...options.env };
+  const transport = new StdioClientTransport({ command: process.execPath, args: [...NODE_ARGS, ...args], cwd: options.cwd ?? ROOT, stderr: "pipe", env });
   const client = new Client({ name: "strata-test", version: "1" }, options.roots ? { capabilities: { roots: { listChanged: true } } } : {});
   if (options.roots) {
     const roots = options.roots;
