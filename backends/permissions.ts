@@ -1,4 +1,5 @@
 import { BaseBackend, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
+import { streamExecute, type ExecuteStream } from "../sandboxes/output.js";
 import { StrataError, errors, printable, toErrorInfo, type ErrorInfo } from "../core/errors.js";
 import { fileDataFromBytes } from "../core/filedata.js";
 import { capMatches } from "../core/grep.js";
@@ -338,6 +339,11 @@ export class PermissionedSandbox extends PermissionedBackend implements Sandbox 
     return this.inner.spawn(gate.command, gate.options);
   }
 
+  /** `execute` with its output as an async iterable (BaseSandbox's), through the same gate as execute. */
+  executeStream(command: string, options: Omit<ExecuteOptions, "onOutput"> = {}): ExecuteStream {
+    return streamExecute((line, run) => this.execute(line, run), command, options);
+  }
+
   /** Closes the wrapped sandbox. */
   close(): Promise<void> {
     return this.inner.close();
@@ -378,7 +384,7 @@ export function withPermissions(backend: Backend, options: PermissionOptions): P
 }
 
 /** The methods a guarded instance answers through its permission wrapper. */
-const GUARDED = new Set<PropertyKey>(["ls", "read", "readRaw", "write", "edit", "delete", "grep", "glob", "stat", "mkdir", "move", "copy", "uploadFiles", "downloadFiles", "execute", "spawn"]);
+const GUARDED = new Set<PropertyKey>(["ls", "read", "readRaw", "write", "edit", "delete", "grep", "glob", "stat", "mkdir", "move", "copy", "uploadFiles", "downloadFiles", "execute", "executeStream", "spawn"]);
 
 /**
  * What the constructors of FilesystemBackend and the sandboxes return: the

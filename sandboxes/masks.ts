@@ -6,6 +6,7 @@
  */
 import { lstat, readdir } from "node:fs/promises";
 import nodePath from "node:path";
+import { StrataError } from "../core/errors.js";
 import type { PermissionPolicy, PermissionRule } from "../core/permissions.js";
 import { shellQuote } from "./shell.js";
 
@@ -44,7 +45,8 @@ export class DeniedFinder {
       try {
         const stat = await lstat(host, { bigint: true });
         if (!stat.isDirectory()) return;
-        key = Date.now() - Number(stat.mtimeMs) > 2000 ? `${stat.ino}:${stat.mtimeNs}` : undefined;
+        // ctime, not only mtime: a command can set a directory's mtime back (touch -d), never its ctime.
+        key = Date.now() - Number(stat.ctimeMs) > 2000 ? `${stat.ino}:${stat.mtimeNs}:${stat.ctimeNs}` : undefined;
       } catch {
         return;
       }
@@ -68,7 +70,12 @@ export class DeniedFinder {
     let entries;
     try {
       entries = await readdir(host, { withFileTypes: true });
-    } catch {
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT" || (error as NodeJS.ErrnoException).code === "ENOTDIR") return answer;
+      // A directory that cannot be listed (a command took its read bit: chmod 300) may hold a secret a
+      // command can still open by name: it is hidden whole, and a workspace that cannot be listed refuses.
+      if (relative === "") throw new StrataError("permission_denied", "The workspace cannot be checked for denied files (it cannot be listed); the command was not run");
+      answer.denied.push({ path: relative, dir: true });
       return answer;
     }
     for (const entry of entries) {

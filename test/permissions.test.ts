@@ -184,6 +184,26 @@ describe("withPermissions", () => {
       await sandbox.close();
     }
   });
+
+  it("executeStream goes through the same gate, also on a sandbox guarded by its own permissions option", async () => {
+    const asked: string[] = [];
+    const ask = (request: { input: Readonly<Record<string, string>> }) => (asked.push(request.input.command ?? ""), false);
+    const guardedByOption = new LocalSandbox({ permissions: { rules: [{ action: "ask", operations: "execute" }], ask } });
+    const wrapped = withPermissions(new LocalSandbox({ permissions: false }), { rules: [{ action: "ask", operations: "execute" }], ask });
+    try {
+      for (const sandbox of [guardedByOption, wrapped]) {
+        const stream = sandbox.executeStream("echo ran");
+        const chunks: string[] = [];
+        for await (const chunk of stream) chunks.push(String(chunk));
+        expect(chunks.join("")).not.toContain("ran");
+        expect((await stream.result).error?.code).toBe("permission_denied");
+      }
+      expect(asked).toEqual(["echo ran", "echo ran"]);
+    } finally {
+      await guardedByOption.close();
+      await wrapped.close();
+    }
+  });
 });
 
 describe("the secrets preset, on by default", () => {

@@ -30,6 +30,8 @@ const ATTEMPTS: Array<[string, string]> = [
   ["a copy", "cp -r . /tmp/copy; cat /tmp/copy/.env /tmp/copy/.ssh/id_rsa"],
   ["a chmod", "chmod 644 .env; chmod 755 .ssh; cat .env .ssh/id_rsa"],
   ["tar", "tar cf - . | tar tvf - >/dev/null; tar cf - . | cat"],
+  // The host's walk cannot list a directory whose read bit a command took (as a non-root host): it is hidden whole.
+  ["an unlistable directory", "chmod 300 sub; cat sub/.env.local; chmod 755 sub"],
 ];
 
 /** Runs every attempt; none may print the secret. Plain files stay readable. */
