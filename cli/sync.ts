@@ -8,7 +8,7 @@
  * prints the plan and changes nothing. A progress bar on a terminal; nothing
  * but errors when piped (unless --json or --dry-run asks for the plan).
  */
-import { existsSync, mkdirSync, statSync } from "node:fs";
+import { existsSync, mkdirSync, realpathSync, statSync } from "node:fs";
 import nodePath from "node:path";
 import { SingleBar } from "cli-progress";
 import { Command } from "commander";
@@ -57,6 +57,29 @@ async function openSide(spec: string, role: "source" | "target", dryRun: boolean
     mkdirSync(dir, { recursive: true });
   }
   return { backend: new FilesystemBackend({ workspace: dir }), close: async () => {} };
+}
+
+/** The host folder a side names (a local folder or a file: URL), real path where it exists. */
+function hostFolder(spec: string): string | undefined {
+  if (isBackendUrl(spec) && !spec.startsWith("file:")) return undefined;
+  const dir = nodePath.resolve(spec.startsWith("file:") ? spec.slice("file:".length) : spec);
+  try {
+    return realpathSync(dir);
+  } catch {
+    return dir;
+  }
+}
+
+/**
+ * Two folders where one holds the other would sync into themselves: `sync . ./backup` nests a copy
+ * on every run, and `sync ./sub . --delete` deletes the source. Refused before anything is opened.
+ */
+function refuseOverlap(fromSpec: string, toSpec: string): void {
+  const from = hostFolder(fromSpec);
+  const to = hostFolder(toSpec);
+  if (from === undefined || to === undefined) return;
+  const within = (inner: string, outer: string) => inner === outer || inner.startsWith(outer.endsWith(nodePath.sep) ? outer : outer + nodePath.sep);
+  if (within(from, to) || within(to, from)) fail("invalid_argument", "The source and the target folders overlap (one holds the other); sync between separate folders");
 }
 
 async function walk(backend: Backend | undefined): Promise<Tree> {
@@ -147,6 +170,7 @@ export function syncCommand(): Command {
       const sides: Side[] = [];
       let bar: SingleBar | undefined;
       try {
+        refuseOverlap(fromSpec, toSpec);
         const source = await openSide(fromSpec, "source", flags.dryRun === true);
         sides.push(source);
         const target = await openSide(toSpec, "target", flags.dryRun === true);

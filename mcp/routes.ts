@@ -16,6 +16,7 @@ import { FilesystemBackend } from "../backends/filesystem.js";
 import { StateBackend } from "../backends/state.js";
 import { StoreBackend } from "../backends/store.js";
 import { normalizePath } from "../core/paths.js";
+import { StrataError } from "../core/errors.js";
 import type { Backend } from "../core/protocol.js";
 import type { Store } from "../stores/store.js";
 
@@ -39,7 +40,12 @@ export async function openRoute(prefix: string, url: string, directory: string):
   if (url.startsWith("sqlite:")) {
     const path = nodePath.resolve(directory, url.slice("sqlite:".length));
     const { mkdirSync } = await import("node:fs");
-    mkdirSync(nodePath.dirname(path), { recursive: true });
+    try {
+      mkdirSync(nodePath.dirname(path), { recursive: true });
+    } catch (error) {
+      // Node's message names the host path; the caller (an MCP client) sees only the file's name.
+      throw new StrataError("io_error", `Cannot create the folder of '${nodePath.basename(path)}' (${(error as NodeJS.ErrnoException).code ?? "error"})`);
+    }
     const { SqliteStore } = await import("../stores/sqlite.js");
     return store(async () => new SqliteStore({ path }), "files kept in SQLite across sessions");
   }
@@ -55,5 +61,5 @@ export async function openRoute(prefix: string, url: string, directory: string):
     const dir = nodePath.resolve(directory, url.slice("file:".length));
     return { backend: new FilesystemBackend({ workspace: dir }), description: `the folder '${nodePath.basename(dir)}'`, close: async () => {} };
   }
-  throw new Error(`Route '${prefix}': unknown URL '${url.replace(/\/\/[^@/]*@/, "//…@")}'; use one of ${ROUTE_SCHEMES.join(" ")}`);
+  throw new StrataError("invalid_argument", `Route '${prefix}': unknown URL '${url.replace(/\/\/[^@/]*@/, "//…@")}'; use one of ${ROUTE_SCHEMES.join(" ")}`);
 }

@@ -27,6 +27,7 @@ import {
   type ToolAnnotations,
 } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
+import { isStrataError } from "../core/errors.js";
 import type { Backend } from "../core/protocol.js";
 import { runsCommands } from "../tools/execute.js";
 import { toolDefinitions } from "../tools/index.js";
@@ -188,7 +189,9 @@ export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener
     try {
       state = await current(extra.requestId);
     } catch (error) {
-      return errorResult(`The workspace could not be opened: ${error instanceof Error ? error.message : String(error)}`);
+      // Only Strata's own messages, which never name a host path; anything else by its kind.
+      const reason = isStrataError(error) ? error.message : `an unexpected ${error instanceof Error ? ((error as NodeJS.ErrnoException).code ?? error.name) : "failure"}`;
+      return errorResult(`The workspace could not be opened: ${reason}`);
     }
     const tool = state.tools.get(request.params.name);
     if (!tool) return errorResult(`Unknown tool '${request.params.name}'. Available: ${[...state.tools.keys()].join(", ")}`);

@@ -231,6 +231,11 @@ describe("strata sync", () => {
 
     // A source that is not there: one line, status 3.
     expectFailure(await strata(dir, ["sync", "nowhere", db]), 3, "file_not_found", dir);
+    // Folders where one holds the other are refused, and nothing changes (--delete would remove the source).
+    const before = tree(join(dir, "src"));
+    expectFailure(await strata(dir, ["sync", "src/sub", "src", "--delete"]), 2, "invalid_argument", dir);
+    expectFailure(await strata(dir, ["sync", ".", "file:src/backup"]), 2, "invalid_argument", dir);
+    expect(tree(join(dir, "src"))).toEqual(before);
   });
 });
 
