@@ -6,6 +6,7 @@
  * (same session, guard and budget); those with structured output also carry
  * a zod output schema, and their answers a `structured` value matching it.
  */
+import { canonicalPath } from "../tools/paths.js";
 import { z } from "zod";
 import { printable } from "../core/errors.js";
 import { compileGlob, type GlobMatcher } from "../core/glob.js";
@@ -284,8 +285,22 @@ export const moveFile = defineTool({
     "Moves or renames a file or a directory tree, all of it or (on failure) none of it. The destination must not exist unless overwrite is true.",
   inputSchema: moveSchema,
   async execute(session, input) {
-    const moved = orFail(await session.backend.move(input.source, input.destination, { overwrite: input.overwrite ?? false }));
-    return ok(`Moved '${printable(moved.from)}' to '${printable(moved.to)}'.`);
+    if (!input.overwrite) {
+      const moved = orFail(await session.backend.move(input.source, input.destination, { overwrite: false }));
+      return ok(`Moved '${printable(moved.from)}' to '${printable(moved.to)}'.`);
+    }
+    // Replacing a file is an overwrite: the stale-file guard applies, under the destination's change lock.
+    return session.exclusive(canonicalPath(session, input.destination), async () => {
+      const existing = await session.backend.readRaw(input.destination);
+      if (!existing.error) {
+        const stale = await session.staleReason(existing.path, existing.data, "overwrite");
+        if (stale) throw new ToolFailure(stale);
+      }
+      const moved = orFail(await session.backend.move(input.source, input.destination, { overwrite: true }));
+      session.forget(moved.from);
+      session.forget(moved.to);
+      return ok(`Moved '${printable(moved.from)}' to '${printable(moved.to)}'.`);
+    });
   },
 });
 

@@ -110,6 +110,11 @@ describe.each(Object.keys(kinds))("MCP tools over %s", (kind) => {
     expect((await backend.stat("/src/a.ts")).error?.code).toBe("file_not_found");
     const clash = await call(client, "move_file", { source: "/dist/out.js", destination: "/made/here/a.ts" });
     expect(text(clash)).toMatch(/exists/);
+    // Overwriting is guarded like write_file: a destination not read in this session (or changed since) is refused.
+    const unread = await call(client, "move_file", { source: "/dist/out.js", destination: "/made/here/a.ts", overwrite: true });
+    expect(text(unread)).toMatch(/has not been read in this session/);
+    expect((await backend.stat("/dist/out.js")).error).toBeUndefined();
+    expect((await call(client, "read_file", { file_path: "/made/here/a.ts" })).isError).toBe(false);
     expect((await call(client, "move_file", { source: "/dist/out.js", destination: "/made/here/a.ts", overwrite: true })).isError).toBe(false);
     const info = await call(client, "get_file_info", { path: "/made/here/a.ts" });
     expect(info.structuredContent).toMatchObject({ path: "/made/here/a.ts", type: "file", size: 1 });
