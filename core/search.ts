@@ -464,8 +464,9 @@ async function run(backend: Backend, o: Checked): Promise<Result<SearchAnswer>> 
     if (answer.error) return { error: answer.error };
     for (const item of answer.files) {
       if (item.error) {
-        // Gone (or replaced by a directory) since it was listed: no longer a file to search.
-        if (item.error.code === "file_not_found" || item.error.code === "is_directory") continue;
+        // Gone (or replaced by a directory) since it was listed: no longer a file to search. One a
+        // permission rule keeps from this caller is left out, as the native grep leaves it out.
+        if (item.error.code === "file_not_found" || item.error.code === "is_directory" || item.error.code === "permission_denied") continue;
         return { error: item.error };
       }
       const text = item.content === null ? null : decodeText(item.content);

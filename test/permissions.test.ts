@@ -7,6 +7,7 @@ import { withPermissions } from "../backends/permissions.js";
 import { StateBackend } from "../backends/state.js";
 import { PermissionPolicy, SECRETS_PRESET, readOnly, type PermissionRequest, type PermissionRule } from "../core/permissions.js";
 import type { Backend } from "../core/protocol.js";
+import { search } from "../core/search.js";
 import { LocalSandbox } from "../sandboxes/local.js";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
@@ -79,6 +80,12 @@ describe("withPermissions", () => {
     expect((await backend.glob("*", { path: "/.ssh" })).error?.code).toBe("permission_denied");
     expect((await backend.grep("needle")).matches!.map((m) => m.path)).toEqual(["/src/a.ts"]);
     expect((await backend.grep("needle", { path: "/.ssh" })).error?.code).toBe("permission_denied");
+  });
+
+  it("the tools' search (regex, case folding) leaves out a file an ask rule keeps, rather than failing whole", async () => {
+    const { backend } = await seeded({ "/a.txt": "Needle here\n", "/private/b.txt": "needle there\n" }, [{ action: "ask", operations: "read", paths: "/private/**" }], () => false);
+    const found = await search(backend, { pattern: "NEEDLE", ignoreCase: true, outputMode: "files_with_matches" });
+    expect(found).toMatchObject({ mode: "files_with_matches", files: ["/a.txt"] });
   });
 
   it("grep's maxCount counts only what is shown", async () => {
