@@ -101,12 +101,16 @@ export class PermissionedBackend extends BaseBackend {
    * Every file under a directory (the directory itself already authorised)
    * must pass too: a tree is not a way around a rule. One listing (a glob
    * under a file finds at most the file); skipped when no rule could refuse.
-   * If the listing fails, the operation itself reports why.
+   * A path that is not there lets the operation itself report it; any other
+   * failure to list (a timeout, a tree too large) refuses: unchecked is not allowed.
    */
   private async authorizeTree(operations: PermissionOperation[], method: string, driverPath: string, mapTo?: (file: string) => string): Promise<void> {
     if (!operations.some((op) => this.policy.hasRestrictions(op))) return;
     const listed = await this.inner.glob("**", { path: this.caller(driverPath) });
-    if (listed.error) return;
+    if (listed.error) {
+      if (listed.error.code === "file_not_found") return;
+      throw new StrataError(listed.error.code, `${method} was not run: what it would change could not be checked against the permission rules (${listed.error.message})`);
+    }
     for (const file of listed.entries) {
       const path = this.driver(file.path);
       for (const op of operations) await this.authorize(op, method, mapTo ? mapTo(path) : path);

@@ -88,6 +88,22 @@ describe("withPermissions", () => {
     expect(found).toMatchObject({ mode: "files_with_matches", files: ["/a.txt"] });
   });
 
+  it("a tree that cannot be listed is not moved or deleted unchecked", async () => {
+    class Unlistable extends StateBackend {
+      override glob(): never {
+        return Promise.resolve({ error: { code: "timeout", message: "the listing took too long" } }) as never;
+      }
+    }
+    const inner = new Unlistable();
+    await inner.write("/dir/a.txt", "a");
+    const backend = withPermissions(inner, { rules: SECRETS_PRESET });
+    const refused = await backend.delete("/dir");
+    expect(refused.error?.code).toBe("timeout");
+    expect(refused.error?.message).toMatch(/could not be checked against the permission rules/);
+    expect((await backend.move("/dir", "/moved")).error?.code).toBe("timeout");
+    expect((await inner.readRaw("/dir/a.txt")).error).toBeUndefined();
+  });
+
   it("grep's maxCount counts only what is shown", async () => {
     const files: Record<string, string> = {};
     for (let i = 0; i < 5; i++) files[`/a${i}/.env`] = "needle";
