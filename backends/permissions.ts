@@ -101,14 +101,16 @@ export class PermissionedBackend extends BaseBackend {
    * Every file under a directory (the directory itself already authorised)
    * must pass too: a tree is not a way around a rule. One listing (a glob
    * under a file finds at most the file); skipped when no rule could refuse.
-   * A path that is not there lets the operation itself report it; any other
-   * failure to list (a timeout, a tree too large) refuses: unchecked is not allowed.
+   * A path the listing cannot enter (not there, not a directory, a symlink,
+   * which the operation moves or deletes as a link) lets the operation itself
+   * answer; a listing cut short (a timeout, a tree too large, a failing
+   * engine) refuses: unchecked is not allowed.
    */
   private async authorizeTree(operations: PermissionOperation[], method: string, driverPath: string, mapTo?: (file: string) => string): Promise<void> {
     if (!operations.some((op) => this.policy.hasRestrictions(op))) return;
     const listed = await this.inner.glob("**", { path: this.caller(driverPath) });
     if (listed.error) {
-      if (listed.error.code === "file_not_found") return;
+      if (TREE_NOT_ENTERED.has(listed.error.code)) return;
       throw new StrataError(listed.error.code, `${method} was not run: what it would change could not be checked against the permission rules (${listed.error.message})`);
     }
     for (const file of listed.entries) {
@@ -386,6 +388,9 @@ export function withPermissions(backend: Backend, options: PermissionOptions): P
 export function withPermissions(backend: Backend, options: PermissionOptions): PermissionedBackend {
   return isSandbox(backend) ? new PermissionedSandbox(backend, options) : new PermissionedBackend(backend, options);
 }
+
+/** Codes of a tree listing that mean there is no tree to check, rather than a check cut short. */
+const TREE_NOT_ENTERED = new Set<string>(["file_not_found", "not_a_directory", "permission_denied", "invalid_path", "sandbox_closed"]);
 
 /** The methods a guarded instance answers through its permission wrapper. */
 const GUARDED = new Set<PropertyKey>(["ls", "read", "readRaw", "write", "edit", "delete", "grep", "glob", "stat", "mkdir", "move", "copy", "uploadFiles", "downloadFiles", "execute", "executeStream", "spawn"]);
