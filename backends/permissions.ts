@@ -1,3 +1,4 @@
+import { AsyncLocalStorage } from "node:async_hooks";
 import { BaseBackend, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
 import { streamExecute, type ExecuteStream } from "../sandboxes/output.js";
 import { StrataError, errors, printable, toErrorInfo, type ErrorInfo } from "../core/errors.js";
@@ -8,9 +9,12 @@ import {
   PermissionPolicy,
   SECRETS_PRESET,
   deniedBy,
+  isAskScope,
   readDecision,
   type PermissionOperation,
+  type PermissionRule,
   type PermissionOptions,
+  type PermissionRequest,
   type PermissionVerdict,
 } from "../core/permissions.js";
 import { isSandbox, type Backend, type Sandbox } from "../core/protocol.js";
@@ -32,6 +36,12 @@ import type {
 } from "../core/types.js";
 
 type Decision = { allowed: true; input: Record<string, string> } | { allowed: false; verdict: PermissionVerdict; reason?: string };
+type Answer = { allowed: true; input: Record<string, string> } | { allowed: false; reason?: string };
+/** The answers of `ask` rules already given in one scope (a batch call, or a search's calls): by rule, then operation. */
+type Asked = Map<PermissionRule, Map<PermissionOperation, Promise<Answer>>>;
+
+/** The answers shared by the calls under way in this async context (see `sharedAnswers`). */
+const ASKED = new AsyncLocalStorage<Asked>();
 
 /**
  * Enforces permission rules on every native operation of the backend it
@@ -44,6 +54,8 @@ export class PermissionedBackend extends BaseBackend {
   private compiled: PermissionPolicy | undefined;
   /** Binary content `read` already fetched (and authorised), for the readRaw that BaseBackend's read makes next. */
   private readonly fetched = new Map<string, FileData>();
+  /** The answers given under each of core's ask scopes (askScope), kept while the scope's signal lives. */
+  private readonly scoped = new WeakMap<AbortSignal, Asked>();
 
   constructor(
     /** The wrapped backend: the escape hatch, unguarded. */
@@ -74,19 +86,67 @@ export class PermissionedBackend extends BaseBackend {
 
   // ---- decisions ----
 
-  /** The rules' verdict on a caller path, with the ask callback's answer where a rule asks. */
-  protected async decide(operation: PermissionOperation, method: string, path: string, input: Record<string, string> = {}): Promise<Decision> {
+  /**
+   * The rules' verdict on a caller path, with the ask callback's answer where
+   * a rule asks. Within a shared scope (`sharedAnswers`), a rule asked about
+   * an operation is asked once and its answer reused, for requests with no
+   * input to change (reads, deletes, uploads: not a write's content or a
+   * command). `paths`: every path this one question covers.
+   */
+  protected async decide(operation: PermissionOperation, method: string, path: string, input: Record<string, string> = {}, paths?: readonly string[]): Promise<Decision> {
     const verdict = this.policy.check(operation, path);
     if (verdict.action === "allow") return { allowed: true, input };
     if (verdict.action === "deny" || !this.options.ask) return { allowed: false, verdict };
+    const asked = Object.keys(input).length === 0 ? ASKED.getStore() : undefined;
+    const rule = verdict.rule!;
+    let answer = asked?.get(rule)?.get(operation);
+    if (!answer) {
+      answer = this.ask({ operation, method, path, rule, input: { ...input }, ...(paths && paths.length > 1 ? { paths: [...paths] } : {}) }, input);
+      if (asked) asked.set(rule, (asked.get(rule) ?? new Map<PermissionOperation, Promise<Answer>>()).set(operation, answer));
+    }
+    const read = await answer;
+    return read.allowed ? read : { allowed: false, verdict, reason: read.reason };
+  }
+
+  private async ask(request: PermissionRequest, input: Record<string, string>): Promise<Answer> {
     let answer: unknown;
     try {
-      answer = await this.options.ask({ operation, method, path, rule: verdict.rule!, input: { ...input } });
+      answer = await this.options.ask!(request);
     } catch {
-      return { allowed: false, verdict, reason: "the ask callback failed" };
+      return { allowed: false, reason: "the ask callback failed" };
     }
-    const read = readDecision(answer, input);
-    return read.allowed ? read : { allowed: false, verdict, reason: read.reason };
+    return readDecision(answer, input);
+  }
+
+  /**
+   * The decision on each of many caller paths, for one operation: each `ask`
+   * rule is asked once, the question listing every path it governs here.
+   */
+  private async decideMany(operation: PermissionOperation, method: string, paths: readonly string[]): Promise<Decision[]> {
+    return this.sharedAnswers(undefined, async () => {
+      const byRule = new Map<PermissionRule, string[]>();
+      for (const path of paths) {
+        const verdict = this.policy.check(operation, path);
+        if (verdict.action === "ask") byRule.set(verdict.rule!, [...(byRule.get(verdict.rule!) ?? []), path]);
+      }
+      if (this.options.ask) for (const governed of byRule.values()) await this.decide(operation, method, governed[0]!, {}, governed);
+      return Promise.all(paths.map((path) => this.decide(operation, method, path)));
+    });
+  }
+
+  /**
+   * Runs `body` where `ask` answers are shared: those of the scope already
+   * entered, else those of `signal` when core's askScope made it (a
+   * search's calls), else fresh ones for this call alone.
+   */
+  private sharedAnswers<T>(signal: unknown, body: () => Promise<T>): Promise<T> {
+    if (ASKED.getStore()) return body();
+    let asked: Asked = new Map();
+    if (isAskScope(signal)) {
+      asked = this.scoped.get(signal) ?? asked;
+      this.scoped.set(signal, asked);
+    }
+    return ASKED.run(asked, body);
   }
 
   /** Authorises a driver path, or throws the denial (named with the driver path: BaseBackend translates it). */
@@ -237,14 +297,19 @@ export class PermissionedBackend extends BaseBackend {
 
   protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     await this.authorize("read", "grep", path ?? "/");
-    // Matches in files a rule denies or asks about are left out: grep does not ask per file.
-    const shown = (result: GrepResult) => result.matches.filter((m) => this.policy.check("read", m.path).action === "allow").map((m) => ({ ...m, path: this.driver(m.path) }));
+    // Matches in files a rule denies are left out; an ask rule is asked once for all the files it governs with matches.
+    const shown = async (result: GrepResult) => {
+      const files = [...new Set(result.matches.map((m) => m.path))];
+      const decisions = await this.decideMany("read", "grep", files);
+      const allowed = new Set(files.filter((_, i) => decisions[i]!.allowed));
+      return result.matches.filter((m) => allowed.has(m.path)).map((m) => ({ ...m, path: this.driver(m.path) }));
+    };
     const options = { path: path === null ? undefined : this.caller(path), glob, maxCount };
     const first = this.unwrap(await this.inner.grep(pattern, options));
-    const matches = shown(first);
+    const matches = await shown(first);
     if (!first.truncated || matches.length === first.matches.length) return { matches, truncated: first.truncated };
     // The cap was spent partly on hidden matches: search again uncapped and cap what is shown.
-    const all = shown(this.unwrap(await this.inner.grep(pattern, { ...options, maxCount: undefined })));
+    const all = await shown(this.unwrap(await this.inner.grep(pattern, { ...options, maxCount: undefined })));
     return capMatches(all, maxCount);
   }
 
@@ -283,28 +348,39 @@ export class PermissionedBackend extends BaseBackend {
    * backend to refuse item by item (no rule can match a path that is not one).
    */
   private async batchDecisions(operation: PermissionOperation, method: string, paths: readonly string[], answers: Array<{ error: string | null }>): Promise<Array<{ index: number; path: string }>> {
+    const valid: Array<{ index: number; path: string }> = [];
     const passed: Array<{ index: number; path: string }> = [];
     for (const [index, path] of paths.entries()) {
-      let shown: string;
       try {
-        shown = this.caller(path);
+        valid.push({ index, path: this.caller(path) });
       } catch {
         passed.push({ index, path });
-        continue;
       }
-      if ((await this.decide(operation, method, shown)).allowed) passed.push({ index, path: shown });
-      else answers[index]!.error = "permission_denied";
     }
-    return passed;
+    const decisions = await this.decideMany(
+      operation,
+      method,
+      valid.map(({ path }) => path),
+    );
+    valid.forEach((item, k) => {
+      if (decisions[k]!.allowed) passed.push(item);
+      else answers[item.index]!.error = "permission_denied";
+    });
+    return passed.sort((a, b) => a.index - b.index);
   }
 
   /** A batch item refused here names the rule, as every other denial does (the driver answers only a code). */
   override async uploadFiles(files: unknown, options?: unknown): Promise<Result<{ files: UploadItem[] }>> {
-    return this.explainItems(await super.uploadFiles(files, options), "write");
+    return this.explainItems(await this.sharedAnswers(signalOf(options), () => super.uploadFiles(files, options)), "write");
   }
 
   override async downloadFiles(paths: unknown, options?: unknown): Promise<Result<{ files: DownloadItem[] }>> {
-    return this.explainItems(await super.downloadFiles(paths, options), "read");
+    return this.explainItems(await this.sharedAnswers(signalOf(options), () => super.downloadFiles(paths, options)), "read");
+  }
+
+  /** Within a search (core's askScope), grep's questions are the ones its reads then reuse. */
+  override grep(pattern: unknown, options?: unknown): Promise<Result<GrepResult>> {
+    return this.sharedAnswers(signalOf(options), () => super.grep(pattern, options));
   }
 
   private explainItems<T extends UploadItem>(result: Result<{ files: T[] }>, operation: PermissionOperation): Result<{ files: T[] }> {
@@ -387,6 +463,15 @@ export function withPermissions(backend: Sandbox, options: PermissionOptions): P
 export function withPermissions(backend: Backend, options: PermissionOptions): PermissionedBackend;
 export function withPermissions(backend: Backend, options: PermissionOptions): PermissionedBackend {
   return isSandbox(backend) ? new PermissionedSandbox(backend, options) : new PermissionedBackend(backend, options);
+}
+
+/** The `signal` of a call's options, when it can be read (BaseBackend refuses options that cannot). */
+function signalOf(options: unknown): unknown {
+  try {
+    return typeof options === "object" && options !== null ? (options as { signal?: unknown }).signal : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** Codes of a tree listing that mean there is no tree to check, rather than a check cut short. */

@@ -49,6 +49,12 @@ export interface PermissionRequest {
   method: string;
   /** The path as the caller named it (for execute and spawn: the working directory). */
   path: string;
+  /**
+   * When one question covers several files (a batch, a grep, a search: asked
+   * once per rule, not per file): all of them, `path` first. The answer holds
+   * for each.
+   */
+  paths?: readonly string[];
   rule: PermissionRule;
   /** write: `{ content }`; edit: `{ oldString, newString }`; execute and spawn: `{ command }`; otherwise `{}`. */
   input: Readonly<Record<string, string>>;
@@ -108,6 +114,27 @@ export const SECRETS_PRESET: readonly PermissionRule[] = [{ name: "secrets", act
 /** A read-only route: every changing operation under `paths` is denied. */
 export function readOnly(paths: string | readonly string[], name = "read-only"): PermissionRule {
   return { name, action: "deny", operations: ["write", "edit", "delete"], paths };
+}
+
+/** Signals made by `askScope`: calls that carry one share the answers of `ask` rules. */
+const ASK_SCOPES = new WeakSet<AbortSignal>();
+
+/**
+ * A signal for an operation made of many native calls (core/search: a
+ * listing, then files read in batches): every call made with it shares the
+ * answers of `ask` rules, so each rule is asked once for the whole operation
+ * rather than once per call. It aborts when `parent` does. Only signals made
+ * here share answers: a caller's own signal never widens an approval.
+ */
+export function askScope(parent?: AbortSignal): AbortSignal {
+  const signal = parent ? AbortSignal.any([parent]) : new AbortController().signal;
+  ASK_SCOPES.add(signal);
+  return signal;
+}
+
+/** Whether `signal` was made by `askScope`. */
+export function isAskScope(signal: unknown): signal is AbortSignal {
+  return signal instanceof AbortSignal && ASK_SCOPES.has(signal);
 }
 
 const STRENGTH: Record<PermissionAction, number> = { allow: 0, ask: 1, deny: 2 };

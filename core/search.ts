@@ -15,6 +15,7 @@ import { decodeText } from "./filedata.js";
 import { forEachLine } from "./format.js";
 import { MAX_PATTERN_LENGTH, looksBinary, validateGrepPattern } from "./grep.js";
 import { isWithin, normalizePath } from "./paths.js";
+import { askScope } from "./permissions.js";
 import type { Backend } from "./protocol.js";
 import type { ErrorInfo, Result } from "./types.js";
 
@@ -66,7 +67,9 @@ const IGNORED_DIRS = new Set(["node_modules", ".git"]);
 /** Searches file contents; every failure is answered as `{ error }`, never thrown. */
 export async function search(backend: Backend, options: SearchOptions): Promise<Result<SearchAnswer>> {
   try {
-    return await run(backend, checkOptions(options));
+    const checked = checkOptions(options);
+    // One search is many native calls: under one ask scope, a permission rule that asks is asked once for all of them.
+    return await run(backend, { ...checked, signal: askScope(checked.signal) });
   } catch (error) {
     return { error: toErrorInfo(error) };
   }

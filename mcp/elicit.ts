@@ -8,11 +8,21 @@
 import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import type { AskCallback, PermissionDecision, PermissionRequest } from "../core/permissions.js";
 
-/** What the person is asked: the operation, the path, the command or the change, and the rule that asks. */
+/** Paths a question lists; the rest are counted. */
+const LISTED_PATHS = 20;
+
+/**
+ * What the person is asked: the operation, the path (or, for a search or a
+ * batch, the files: one question for them all), the command or the change,
+ * and the rule that asks.
+ */
 function question(request: PermissionRequest): string {
   const rule = request.rule.name ? `the rule '${request.rule.name}'` : "a permission rule";
   const detail = request.input.command !== undefined ? `: ${request.input.command}` : "";
-  return `Allow ${request.operation} (${request.method}) on ${request.path}${detail}? Asked by ${rule}.`;
+  const paths = request.paths ?? [request.path];
+  if (paths.length <= 1) return `Allow ${request.operation} (${request.method}) on ${request.path}${detail}? Asked by ${rule}.`;
+  const more = paths.length > LISTED_PATHS ? ` and ${paths.length - LISTED_PATHS} more` : "";
+  return `Allow ${request.operation} (${request.method}) of ${paths.length} files: ${paths.slice(0, LISTED_PATHS).join(", ")}${more}? Asked by ${rule}; one answer for all of them.`;
 }
 
 /** An ask callback that puts each question to the client connected to `server` (read when asked, so one callback serves the session). */

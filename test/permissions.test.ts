@@ -88,6 +88,58 @@ describe("withPermissions", () => {
     expect(found).toMatchObject({ mode: "files_with_matches", files: ["/a.txt"] });
   });
 
+  it("a search asks an ask rule once, listing the files, however many files and batches it reads", async () => {
+    const files: Record<string, string> = { "/a.txt": "needle\n", "/notes/x.txt": "needle\n" };
+    // 120 files under the rule: more than one batch of reads (core/search reads 50 at a time).
+    for (let i = 0; i < 120; i++) files[`/private/f${String(i).padStart(3, "0")}.txt`] = i % 2 === 0 ? "needle\n" : "hay\n";
+    const rules: PermissionRule[] = [
+      { name: "private", action: "ask", operations: "read", paths: "/private/**" },
+      { name: "notes", action: "ask", operations: "read", paths: "/notes/**" },
+    ];
+    for (const answer of [true, false]) {
+      const asked: PermissionRequest[] = [];
+      const { backend } = await seeded(files, rules, (request) => (asked.push(request), answer));
+      const expected = answer ? 62 : 1;
+      // A regex (every candidate read: the listing, then batches), a literal (the native grep first), and case folding.
+      for (const options of [{ pattern: "ne+dle", regex: true }, { pattern: "needle" }, { pattern: "NEEDLE", ignoreCase: true }]) {
+        asked.length = 0;
+        const found = await search(backend, { ...options, outputMode: "files_with_matches" });
+        expect(found.error).toBeUndefined();
+        expect((found as { files: string[] }).files).toHaveLength(expected);
+        expect(asked.map((r) => r.rule.name).sort()).toEqual(["notes", "private"]);
+        const privateAsk = asked.find((r) => r.rule.name === "private")!;
+        expect(privateAsk.operation).toBe("read");
+        expect(privateAsk.paths!.length).toBeGreaterThan(1);
+        expect(privateAsk.paths![0]).toBe(privateAsk.path);
+        expect(privateAsk.paths!.every((p) => p.startsWith("/private/"))).toBe(true);
+      }
+      // The native grep: once per rule, listing the files with matches.
+      asked.length = 0;
+      const grep = await backend.grep("needle");
+      expect(new Set(grep.matches!.map((m) => m.path)).size).toBe(expected);
+      expect(asked).toHaveLength(2);
+      expect(asked.find((r) => r.rule.name === "private")!.paths).toHaveLength(60);
+      // A batch read: once per rule too.
+      asked.length = 0;
+      const download = await backend.downloadFiles(["/private/f000.txt", "/private/f001.txt", "/a.txt", "/notes/x.txt"]);
+      expect(download.files!.map((f) => f.error?.code ?? "ok")).toEqual(answer ? ["ok", "ok", "ok", "ok"] : ["permission_denied", "permission_denied", "ok", "permission_denied"]);
+      expect(asked).toHaveLength(2);
+    }
+  });
+
+  it("the shared answer is the search's own: separate searches ask again, and a caller's signal shares nothing", async () => {
+    const asked: string[] = [];
+    const { backend } = await seeded({ "/p/a.txt": "x\n", "/p/b.txt": "x\n" }, [{ action: "ask", operations: "read", paths: "/p/**" }], (request) => (asked.push(request.path), true));
+    await search(backend, { pattern: "x" });
+    await search(backend, { pattern: "x" });
+    expect(asked).toHaveLength(2);
+    asked.length = 0;
+    const signal = new AbortController().signal;
+    await backend.downloadFiles(["/p/a.txt"], { signal });
+    await backend.downloadFiles(["/p/b.txt"], { signal });
+    expect(asked).toEqual(["/p/a.txt", "/p/b.txt"]);
+  });
+
   it("a tree that cannot be listed is not moved or deleted unchecked", async () => {
     class Unlistable extends StateBackend {
       override glob(): never {
