@@ -9,7 +9,7 @@ import {
   PermissionPolicy,
   SECRETS_PRESET,
   deniedBy,
-  isAskScope,
+  askScopeOf,
   readDecision,
   type PermissionOperation,
   type PermissionRule,
@@ -54,8 +54,8 @@ export class PermissionedBackend extends BaseBackend {
   private compiled: PermissionPolicy | undefined;
   /** Binary content `read` already fetched (and authorised), for the readRaw that BaseBackend's read makes next. */
   private readonly fetched = new Map<string, FileData>();
-  /** The answers given under each of core's ask scopes (askScope), kept while the scope's signal lives. */
-  private readonly scoped = new WeakMap<AbortSignal, Asked>();
+  /** The answers given under each ask scope (core's ASK_SCOPE option), kept while the scope lives. */
+  private readonly scoped = new WeakMap<object, Asked>();
 
   constructor(
     /** The wrapped backend: the escape hatch, unguarded. */
@@ -136,15 +136,16 @@ export class PermissionedBackend extends BaseBackend {
 
   /**
    * Runs `body` where `ask` answers are shared: those of the scope already
-   * entered, else those of `signal` when core's askScope made it (a
-   * search's calls), else fresh ones for this call alone.
+   * entered, else those of the ask scope the call's options carry (a
+   * search's calls: core's ASK_SCOPE), else fresh ones for this call alone.
    */
-  private sharedAnswers<T>(signal: unknown, body: () => Promise<T>): Promise<T> {
+  private sharedAnswers<T>(options: unknown, body: () => Promise<T>): Promise<T> {
     if (ASKED.getStore()) return body();
+    const scope = askScopeOf(options);
     let asked: Asked = new Map();
-    if (isAskScope(signal)) {
-      asked = this.scoped.get(signal) ?? asked;
-      this.scoped.set(signal, asked);
+    if (scope) {
+      asked = this.scoped.get(scope) ?? asked;
+      this.scoped.set(scope, asked);
     }
     return ASKED.run(asked, body);
   }
@@ -371,16 +372,16 @@ export class PermissionedBackend extends BaseBackend {
 
   /** A batch item refused here names the rule, as every other denial does (the driver answers only a code). */
   override async uploadFiles(files: unknown, options?: unknown): Promise<Result<{ files: UploadItem[] }>> {
-    return this.explainItems(await this.sharedAnswers(signalOf(options), () => super.uploadFiles(files, options)), "write");
+    return this.explainItems(await this.sharedAnswers(options, () => super.uploadFiles(files, options)), "write");
   }
 
   override async downloadFiles(paths: unknown, options?: unknown): Promise<Result<{ files: DownloadItem[] }>> {
-    return this.explainItems(await this.sharedAnswers(signalOf(options), () => super.downloadFiles(paths, options)), "read");
+    return this.explainItems(await this.sharedAnswers(options, () => super.downloadFiles(paths, options)), "read");
   }
 
   /** Within a search (core's askScope), grep's questions are the ones its reads then reuse. */
   override grep(pattern: unknown, options?: unknown): Promise<Result<GrepResult>> {
-    return this.sharedAnswers(signalOf(options), () => super.grep(pattern, options));
+    return this.sharedAnswers(options, () => super.grep(pattern, options));
   }
 
   private explainItems<T extends UploadItem>(result: Result<{ files: T[] }>, operation: PermissionOperation): Result<{ files: T[] }> {
@@ -463,15 +464,6 @@ export function withPermissions(backend: Sandbox, options: PermissionOptions): P
 export function withPermissions(backend: Backend, options: PermissionOptions): PermissionedBackend;
 export function withPermissions(backend: Backend, options: PermissionOptions): PermissionedBackend {
   return isSandbox(backend) ? new PermissionedSandbox(backend, options) : new PermissionedBackend(backend, options);
-}
-
-/** The `signal` of a call's options, when it can be read (BaseBackend refuses options that cannot). */
-function signalOf(options: unknown): unknown {
-  try {
-    return typeof options === "object" && options !== null ? (options as { signal?: unknown }).signal : undefined;
-  } catch {
-    return undefined;
-  }
 }
 
 /** Codes of a tree listing that mean there is no tree to check, rather than a check cut short. */

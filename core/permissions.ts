@@ -116,25 +116,24 @@ export function readOnly(paths: string | readonly string[], name = "read-only"):
   return { name, action: "deny", operations: ["write", "edit", "delete"], paths };
 }
 
-/** Signals made by `askScope`: calls that carry one share the answers of `ask` rules. */
-const ASK_SCOPES = new WeakSet<AbortSignal>();
-
 /**
- * A signal for an operation made of many native calls (core/search: a
- * listing, then files read in batches): every call made with it shares the
- * answers of `ask` rules, so each rule is asked once for the whole operation
- * rather than once per call. It aborts when `parent` does. Only signals made
- * here share answers: a caller's own signal never widens an approval.
+ * The options key of an operation made of many native calls (core/search: a
+ * listing, then files read in batches): calls whose options carry the same
+ * object under it share the answers of `ask` rules, so each rule is asked
+ * once for the whole operation rather than once per call. A symbol, so no
+ * backend takes it for an option of its own, and views that copy options
+ * (`{ ...options, signal }`) keep it.
  */
-export function askScope(parent?: AbortSignal): AbortSignal {
-  const signal = parent ? AbortSignal.any([parent]) : new AbortController().signal;
-  ASK_SCOPES.add(signal);
-  return signal;
-}
+export const ASK_SCOPE: unique symbol = Symbol("strata.askScope");
 
-/** Whether `signal` was made by `askScope`. */
-export function isAskScope(signal: unknown): signal is AbortSignal {
-  return signal instanceof AbortSignal && ASK_SCOPES.has(signal);
+/** The ask scope an options object carries, if any. */
+export function askScopeOf(options: unknown): object | undefined {
+  try {
+    const scope = typeof options === "object" && options !== null ? (options as { [ASK_SCOPE]?: unknown })[ASK_SCOPE] : undefined;
+    return typeof scope === "object" && scope !== null ? scope : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 const STRENGTH: Record<PermissionAction, number> = { allow: 0, ask: 1, deny: 2 };

@@ -15,7 +15,7 @@ import { decodeText } from "./filedata.js";
 import { forEachLine } from "./format.js";
 import { MAX_PATTERN_LENGTH, looksBinary, validateGrepPattern } from "./grep.js";
 import { isWithin, normalizePath } from "./paths.js";
-import { askScope } from "./permissions.js";
+import { ASK_SCOPE } from "./permissions.js";
 import type { Backend } from "./protocol.js";
 import type { ErrorInfo, Result } from "./types.js";
 
@@ -67,9 +67,7 @@ const IGNORED_DIRS = new Set(["node_modules", ".git"]);
 /** Searches file contents; every failure is answered as `{ error }`, never thrown. */
 export async function search(backend: Backend, options: SearchOptions): Promise<Result<SearchAnswer>> {
   try {
-    const checked = checkOptions(options);
-    // One search is many native calls: under one ask scope, a permission rule that asks is asked once for all of them.
-    return await run(backend, { ...checked, signal: askScope(checked.signal) });
+    return await run(backend, checkOptions(options));
   } catch (error) {
     return { error: toErrorInfo(error) };
   }
@@ -452,7 +450,9 @@ interface FileHits {
 }
 
 async function run(backend: Backend, o: Checked): Promise<Result<SearchAnswer>> {
-  const listed = await candidates(backend, o);
+  // One search is many native calls: under one ask scope, a permission rule that asks is asked once for all of them.
+  const scoped = { signal: o.signal, [ASK_SCOPE]: {} };
+  const listed = await candidates(backend, o, scoped);
   if (listed.error) return { error: listed.error };
   const files = listed.paths.filter((path) => o.includeIgnored || !ignored(path, o.path)).sort(comparePaths);
 
@@ -463,7 +463,7 @@ async function run(backend: Backend, o: Checked): Promise<Result<SearchAnswer>> 
   for (let start = 0; start < files.length && hits.length < enough; start += BATCH) {
     if (o.signal?.aborted) throw errors.aborted("The search");
     const batch = files.slice(start, start + BATCH);
-    const answer = await backend.downloadFiles(batch, { signal: o.signal });
+    const answer = await backend.downloadFiles(batch, scoped);
     if (answer.error) return { error: answer.error };
     for (const item of answer.files) {
       if (item.error) {
@@ -482,8 +482,8 @@ async function run(backend: Backend, o: Checked): Promise<Result<SearchAnswer>> 
 }
 
 /** The files to read: those the native grep finds for the required literal, or every file under the path. */
-async function candidates(backend: Backend, o: Checked): Promise<{ paths: string[]; error?: undefined } | { error: ErrorInfo }> {
-  const scope = { path: o.path, signal: o.signal };
+async function candidates(backend: Backend, o: Checked, scoped: { signal: AbortSignal | undefined; [ASK_SCOPE]: object }): Promise<{ paths: string[]; error?: undefined } | { error: ErrorInfo }> {
+  const scope = { ...scoped, path: o.path };
   if (o.prefilter !== undefined) {
     const found = await backend.grep(o.prefilter, { ...scope, glob: o.glob });
     if (found.error) return { error: found.error };
