@@ -14,10 +14,13 @@
  */
 import type { Command } from "commander";
 import type { ErrorCode, ErrorInfo } from "../core/errors.js";
+import type { PermissionRule } from "../core/permissions.js";
 import type { Backend } from "../core/protocol.js";
 import type { Result } from "../core/types.js";
+import { withPermissions } from "../backends/permissions.js";
 import { openEmbeddedWorkspace } from "../mcp/embedded.js";
 import { openRoute, ROUTE_SCHEMES } from "../mcp/routes.js";
+import { PERMISSION_PRESETS, commandLineAsk, loadPermissions } from "./permissions.js";
 
 export const EXIT_STATUS: Readonly<Record<ErrorCode, number>> = {
   invalid_argument: 2,
@@ -84,15 +87,37 @@ export interface TargetFlags {
   backend?: string;
   memories?: boolean;
   json?: boolean;
+  permissions?: string;
+  yes?: boolean;
 }
 
 /** The options that choose where a file command's files live. */
 export function targetOptions(command: Command): Command {
-  return command
+  command
     .option("-r, --root <dir>", "the workspace directory, as `strata mcp` serves it (default: the current directory)")
     .option("-b, --backend <url>", `one backend instead of the workspace: ${ROUTE_SCHEMES.join(" ")} (sqlite and file paths start at --root)`)
     .option("--no-memories", "do not mount /memories (SQLite under .strata/) in the workspace")
     .option("--json", "print the native result as JSON (errors too: {error:{code,message}})");
+  return permissionOptions(command);
+}
+
+/** `--permissions` and `--yes`, as every command that reaches files takes them. */
+export function permissionOptions(command: Command): Command {
+  return command
+    .option("--permissions <file|preset>", `permission rules, as strata mcp takes them: a JSON file or a preset (${Object.keys(PERMISSION_PRESETS).join(", ")})`)
+    .option("-y, --yes", "approve what an 'ask' rule governs (without it, the command line asks no one and denies)");
+}
+
+/** `backend` under the rules `--permissions` names (unchanged without it); an `ask` is approved only with --yes. */
+export function permitted(backend: Backend, flags: Pick<TargetFlags, "permissions" | "yes">): Backend {
+  if (flags.permissions === undefined) return backend;
+  let rules: PermissionRule[];
+  try {
+    rules = loadPermissions(flags.permissions);
+  } catch (error) {
+    return fail("invalid_argument", error instanceof Error ? error.message : String(error));
+  }
+  return withPermissions(backend, { rules, ask: commandLineAsk(flags.yes === true) });
 }
 
 export interface OpenedTarget {
@@ -121,7 +146,7 @@ export async function withTarget(flags: TargetFlags, body: (backend: Backend) =>
   try {
     const target = await openTarget(flags);
     try {
-      await body(target.backend);
+      await body(permitted(target.backend, flags));
     } finally {
       await target.close();
     }

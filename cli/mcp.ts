@@ -11,29 +11,22 @@ import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js"
 import { Command, InvalidArgumentError } from "commander";
 import { z } from "zod";
 import { withPermissions } from "../backends/permissions.js";
-import { PERMISSION_OPERATIONS, type PermissionOperation, type PermissionRule } from "../core/permissions.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { elicitationAsk } from "../mcp/elicit.js";
 import { createMcpServer, type Workspace } from "../mcp/server.js";
 import { bindingProblem, serveHttp } from "../mcp/http.js";
 import { embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type SandboxChoice } from "../mcp/embedded.js";
+import { sshSandboxOptions } from "../mcp/ssh-target.js";
+import { PERMISSION_PRESETS, loadPermissions, rulesSchema } from "./permissions.js";
 
-const operation = z.custom<PermissionOperation>((value) => PERMISSION_OPERATIONS.includes(value as PermissionOperation), { message: `one of ${PERMISSION_OPERATIONS.join(", ")}` });
-const ruleSchema = z.strictObject({
-  action: z.enum(["allow", "deny", "ask"]),
-  operations: z.union([operation, z.array(operation)]).optional(),
-  paths: z.union([z.string(), z.array(z.string())]).optional(),
-  name: z.string().optional(),
-});
-/** Permission rules: a list, or `{ "rules": [...] }` (the shape of withPermissions' options). */
-const rulesSchema = z.union([z.array(ruleSchema), z.strictObject({ rules: z.array(ruleSchema) }).transform((value) => value.rules)]);
-
-const sandboxChoice = z.union([z.enum(["auto", "none", "local", "bwrap"]), z.templateLiteral(["docker:", z.string().min(1)])]);
+const sandboxChoice = z.union([z.enum(["auto", "none", "local", "bwrap"]), z.templateLiteral(["docker:", z.string().min(1)]), z.templateLiteral(["ssh://", z.string().min(1)])]);
 
 /** The config file: every key optional; relative paths start at the file's directory. */
 const configSchema = z.strictObject({
   root: z.string().optional(),
   sandbox: sandboxChoice.optional(),
+  identity: z.string().optional(),
+  knownHosts: z.string().optional(),
   unsafeLocal: z.boolean().optional(),
   execute: z.boolean().optional(),
   memories: z.boolean().optional(),
@@ -43,7 +36,7 @@ const configSchema = z.strictObject({
   port: z.number().int().min(0).max(65_535).optional(),
   allowedHosts: z.array(z.string()).optional(),
   maxOutputChars: z.number().int().min(200).optional(),
-  /** Permission rules inline, or the path of a JSON file that holds them. */
+  /** Permission rules inline, or the path of a JSON file that holds them, or a preset's name. */
   permissions: z.union([z.string(), rulesSchema]).optional(),
 });
 type Config = z.infer<typeof configSchema>;
@@ -52,6 +45,8 @@ interface McpFlags {
   config?: string;
   root?: string;
   sandbox?: SandboxChoice;
+  identity?: string;
+  knownHosts?: string;
   route?: string[];
   http?: boolean;
   host?: string;
@@ -79,29 +74,13 @@ function budget(value: string): number {
 
 function sandbox(value: string): SandboxChoice {
   const parsed = sandboxChoice.safeParse(value);
-  if (!parsed.success) throw new InvalidArgumentError("one of auto, none, local, bwrap, docker:IMAGE");
+  if (!parsed.success) throw new InvalidArgumentError("one of auto, none, local, bwrap, docker:IMAGE, ssh://user@host[:port]/dir");
   return parsed.data;
 }
 
 function route(value: string, previous: string[] = []): string[] {
   if (!/^\/[^=]*=.+$/.test(value)) throw new InvalidArgumentError("PREFIX=URL, e.g. /memories=sqlite:.strata/memories.db");
   return [...previous, value];
-}
-
-/** The rules in a JSON file; the error names the file, never its directory. */
-function readRules(file: string): PermissionRule[] {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(readFileSync(file, "utf8"));
-  } catch (error) {
-    throw new Error(`The permissions file '${nodePath.basename(file)}' could not be read: ${error instanceof Error ? error.message : String(error)}`);
-  }
-  const parsed = rulesSchema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new Error(`The permissions file '${nodePath.basename(file)}': ${issue?.path.join(".") || "(top)"}: ${issue?.message ?? "invalid"}`);
-  }
-  return parsed.data;
 }
 
 function readConfig(file: string): Config {
@@ -119,7 +98,9 @@ function readConfig(file: string): Config {
   const config = parsed.data;
   const base = nodePath.dirname(nodePath.resolve(file));
   if (config.root !== undefined) config.root = nodePath.resolve(base, config.root);
-  if (typeof config.permissions === "string") config.permissions = nodePath.resolve(base, config.permissions);
+  if (config.identity !== undefined) config.identity = nodePath.resolve(base, config.identity);
+  if (config.knownHosts !== undefined) config.knownHosts = nodePath.resolve(base, config.knownHosts);
+  if (typeof config.permissions === "string" && !Object.hasOwn(PERMISSION_PRESETS, config.permissions)) config.permissions = nodePath.resolve(base, config.permissions);
   return config;
 }
 
@@ -130,7 +111,9 @@ export function mcpCommand(): Command {
     )
     .option("-c, --config <file>", "read these options from a JSON file (flags given here win)")
     .option("-r, --root <dir>", "the workspace directory (the client's roots are then ignored)")
-    .option("--sandbox <kind>", "where commands run: auto, none, local, bwrap, docker:IMAGE (default auto: bwrap when it works here)", sandbox)
+    .option("--sandbox <kind>", "where commands run: auto, none, local, bwrap, docker:IMAGE, ssh://user@host[:port]/dir (default auto: bwrap when it works here)", sandbox)
+    .option("-i, --identity <file>", "with ssh://: the private key (default: ~/.ssh/id_ed25519, id_ecdsa or id_rsa, and ssh-agent)")
+    .option("--known-hosts <file>", "with ssh://: the known_hosts file that must list the server (default ~/.ssh/known_hosts)")
     .option("--route <prefix=url>", "mount memory:, sqlite:PATH, postgres://…, redis://…, file:DIR at a prefix (repeatable; replaces the /memories default)", route)
     .option("--http", "serve Streamable HTTP instead of stdio")
     .option("--host <address>", "address to bind with --http (anything but loopback needs a token) (default: 127.0.0.1)")
@@ -139,7 +122,10 @@ export function mcpCommand(): Command {
     .option("--allowed-host <host>", "accept this Host header too (repeatable)", (value: string, previous: string[] = []) => [...previous, value])
     .option("--max-output-chars <n>", "characters a tool may answer before the rest goes to a file in the workspace (default 80000)", budget)
     .option("--unsafe-local", "without bubblewrap, run commands as plain local processes (no isolation)")
-    .option("--permissions <file>", "permission rules from a JSON file ([{action, operations?, paths?, name?}] or {rules}); 'ask' rules ask the client's user (MCP elicitation), else deny")
+    .option(
+      "--permissions <file|preset>",
+      `permission rules from a JSON file ([{action, operations?, paths?, name?}] or {rules}) or a preset (${Object.keys(PERMISSION_PRESETS).join(", ")}); 'ask' rules ask the client's user (MCP elicitation), else deny`,
+    )
     .option("--no-execute", "offer no shell")
     .option("--no-memories", "do not mount /memories")
     .action(async (flags: McpFlags, command: Command) => {
@@ -149,8 +135,11 @@ export function mcpCommand(): Command {
       const pick = <K extends keyof McpFlags & keyof Config>(name: K): McpFlags[K] | Config[K] => (given(name) ? flags[name] : (config[name] ?? flags[name]));
       const root = given("root") ? flags.root : (config.root ?? flags.root);
       const routes = flags.route ? Object.fromEntries(flags.route.map((r) => [r.slice(0, r.indexOf("=")), r.slice(r.indexOf("=") + 1)])) : config.routes;
+      const identity = pick("identity");
+      const knownHosts = pick("knownHosts");
       const workspaceOptions: EmbeddedWorkspaceOptions = {
         sandbox: pick("sandbox"),
+        ssh: { ...(identity === undefined ? {} : { identity }), ...(knownHosts === undefined ? {} : { knownHosts }) },
         unsafeLocal: pick("unsafeLocal") ?? false,
         execute: pick("execute") ?? true,
         memories: pick("memories") ?? true,
@@ -162,7 +151,7 @@ export function mcpCommand(): Command {
 
       // Before exiting, every workspace is closed, and closes under way finish (SQLite checkpoints, containers go).
       const permissionSource = given("permissions") ? flags.permissions : (config.permissions ?? flags.permissions);
-      const rules = permissionSource === undefined ? undefined : typeof permissionSource === "string" ? readRules(permissionSource) : permissionSource;
+      const rules = permissionSource === undefined ? undefined : typeof permissionSource === "string" ? loadPermissions(permissionSource) : permissionSource;
 
       const open = new Set<Workspace>();
       const closing = new Set<Promise<void>>();
@@ -213,6 +202,8 @@ export function mcpCommand(): Command {
         const why = await BubblewrapSandbox.unavailableReason();
         if (why) throw new Error(`--sandbox bwrap: bubblewrap cannot run here: ${why}`);
       }
+      // Before serving: a URL or credentials that cannot work fail the start, not each session.
+      if (shell === "ssh") await sshSandboxOptions(workspaceOptions.sandbox ?? "", workspaceOptions.ssh);
       if (shell === "none" && workspaceOptions.execute && (workspaceOptions.sandbox ?? "auto") === "auto") {
         process.stderr.write("strata mcp: bubblewrap is not available here, so no shell is offered (--unsafe-local runs commands unisolated)\n");
       }

@@ -15,7 +15,7 @@ import { Command } from "commander";
 import { FilesystemBackend } from "../backends/filesystem.js";
 import type { Backend } from "../core/protocol.js";
 import { openRoute } from "../mcp/routes.js";
-import { fail, isBackendUrl, printJson, report, unwrap } from "./common.js";
+import { fail, isBackendUrl, permissionOptions, permitted, printJson, report, unwrap } from "./common.js";
 
 /** Files sent or compared per round trip. */
 const BATCH = 64;
@@ -24,6 +24,8 @@ interface SyncFlags {
   delete?: boolean;
   dryRun?: boolean;
   json?: boolean;
+  permissions?: string;
+  yes?: boolean;
 }
 
 interface Side {
@@ -158,7 +160,7 @@ export async function syncBackends(source: Backend, target: Backend | undefined,
 }
 
 export function syncCommand(): Command {
-  return new Command("sync")
+  return permissionOptions(new Command("sync"))
     .description("copy a local folder into a backend or back, one way: the source wins")
     .argument("<from>", "a local folder or a backend URL (memory:, sqlite:PATH, postgres://…, redis://…, file:DIR)")
     .argument("<to>", "a local folder or a backend URL")
@@ -177,7 +179,8 @@ export function syncCommand(): Command {
         sides.push(target);
         const showBar = process.stderr.isTTY && !flags.json && !flags.dryRun;
         if (showBar) bar = new SingleBar({ format: "sync [{bar}] {value}/{total} files", stream: process.stderr, hideCursor: true });
-        const plan = await syncBackends(source.backend as Backend, target.backend, {
+        // The rules hold on both sides: reading the source, changing the target.
+        const plan = await syncBackends(permitted(source.backend as Backend, flags), target.backend && permitted(target.backend, flags), {
           delete: flags.delete,
           dryRun: flags.dryRun,
           onProgress: (done, total) => {

@@ -9,7 +9,10 @@
  *
  * A store's namespace is the route's prefix (`/memories` → ["memories"]), so
  * two routes can share one database; a route at `/` (the CLI's `--backend`)
- * uses StoreBackend's default namespace.
+ * uses StoreBackend's default namespace. `?namespace=a/b` on a store URL
+ * names it instead (["a","b"]): the part of a shared database a route is
+ * confined to, since a namespace sees no other's files (not even a longer
+ * one's). A file: route's part of the disk is its directory (`file:DIR/sub`).
  */
 import nodePath from "node:path";
 import { FilesystemBackend } from "../backends/filesystem.js";
@@ -31,7 +34,9 @@ export interface OpenedRoute {
 export const ROUTE_SCHEMES = ["memory:", "sqlite:", "postgres://", "postgresql://", "redis://", "rediss://", "file:"] as const;
 
 export async function openRoute(prefix: string, url: string, directory: string): Promise<OpenedRoute> {
-  const namespace = normalizePath(prefix).split("/").filter(Boolean);
+  const named = url.startsWith("sqlite:") || /^(postgres|postgresql|redis|rediss):\/\//.test(url) ? takeNamespace(prefix, url) : undefined;
+  if (named) url = named.url;
+  const namespace = named?.namespace ?? normalizePath(prefix).split("/").filter(Boolean);
   const store = async (open: () => Promise<Store>, description: string): Promise<OpenedRoute> => {
     const opened = await open();
     return { backend: new StoreBackend({ store: opened, ...(namespace.length > 0 ? { namespace } : {}) }), description, close: () => opened.close() };
@@ -61,5 +66,38 @@ export async function openRoute(prefix: string, url: string, directory: string):
     const dir = nodePath.resolve(directory, url.slice("file:".length));
     return { backend: new FilesystemBackend({ workspace: dir }), description: `the folder '${nodePath.basename(dir)}'`, close: async () => {} };
   }
-  throw new StrataError("invalid_argument", `Route '${prefix}': unknown URL '${url.replace(/\/\/[^@/]*@/, "//…@")}'; use one of ${ROUTE_SCHEMES.join(" ")}`);
+  throw new StrataError("invalid_argument", `Route '${prefix}': unknown URL '${redacted(url)}'; use one of ${ROUTE_SCHEMES.join(" ")}`);
+}
+
+/** A URL with its password left out, fit for a message. */
+function redacted(url: string): string {
+  return url.replace(/\/\/[^@/]*@/, "//…@");
+}
+
+/**
+ * A store URL's `namespace` query parameter taken out (the drivers would read it as one of
+ * theirs): its `/`-separated parts, percent-decoded, and the URL without it.
+ */
+function takeNamespace(prefix: string, url: string): { url: string; namespace: string[] | undefined } {
+  const at = url.indexOf("?");
+  if (at < 0) return { url, namespace: undefined };
+  let namespace: string[] | undefined;
+  const kept: string[] = [];
+  for (const param of url.slice(at + 1).split("&")) {
+    if (!param.startsWith("namespace=")) {
+      kept.push(param);
+      continue;
+    }
+    let value: string;
+    try {
+      value = decodeURIComponent(param.slice("namespace=".length).replace(/\+/g, " "));
+    } catch {
+      value = "";
+    }
+    namespace = value.split("/").filter(Boolean);
+    if (namespace.length === 0 || value.includes("\0")) {
+      throw new StrataError("invalid_argument", `Route '${prefix}': '${redacted(url)}' names an empty namespace; use ?namespace=a or ?namespace=a/b`);
+    }
+  }
+  return { url: kept.length > 0 ? `${url.slice(0, at)}?${kept.join("&")}` : url.slice(0, at), namespace };
 }

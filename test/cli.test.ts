@@ -5,13 +5,15 @@
  * --delete and --dry-run), exec in bubblewrap, --help everywhere, and demo.
  */
 import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
+import { openRoute } from "../mcp/routes.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
-import { providerMissing } from "./support/runtime-services.js";
+import { providerMissing, requireService } from "./support/runtime-services.js";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const CLI = join(ROOT, "cli", "strata.ts");
@@ -42,9 +44,9 @@ interface Run {
   err: string;
 }
 
-function strata(cwd: string, args: string[], input?: string | Uint8Array): Promise<Run> {
+function strata(cwd: string, args: string[], input?: string | Uint8Array, env: NodeJS.ProcessEnv = process.env): Promise<Run> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", TSX, CLI, ...args], { cwd, stdio: ["pipe", "pipe", "pipe"] });
+    const child = spawn(process.execPath, ["--import", TSX, CLI, ...args], { cwd, env, stdio: ["pipe", "pipe", "pipe"] });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout.on("data", (chunk: Buffer) => out.push(chunk));
@@ -173,6 +175,120 @@ describe("strata file commands", () => {
     // Standard input in, the same bytes out through `read`.
     expect((await strata(dir, ["upload", "-", "/stdin.bin"], bytes)).status).toBe(0);
     expect(new Uint8Array((await strata(dir, ["read", "/stdin.bin"])).stdout)).toEqual(bytes);
+  });
+
+  it("a store URL's ?namespace= and a file: URL's directory confine a route: nothing outside is reached", { timeout: SLOW }, async () => {
+    const outside = tempDir({ "secret.txt": "TOP SECRET" });
+    const dir = tempDir({ "data/top.txt": "above the route", "data/sub/in.txt": "inside" });
+    symlinkSync(outside, join(dir, "data", "sub", "out"));
+    const db = "sqlite:.strata/shared.db";
+    const writes = await Promise.all([
+      strata(dir, ["write", "/a.txt", "team a", "-b", `${db}?namespace=team/a`]),
+      strata(dir, ["write", "/b.txt", "team b", "-b", `${db}?namespace=team/b`]),
+    ]);
+    for (const run of writes) expect(run.status, run.err).toBe(0);
+    const [ownA, ownB, parent, missing, escape, empty] = await Promise.all([
+      strata(dir, ["ls", "-b", `${db}?namespace=team/a`]),
+      strata(dir, ["read", "/a.txt", "-b", `${db}?namespace=team%2Fb`]),
+      strata(dir, ["ls", "-b", `${db}?namespace=team`]),
+      strata(dir, ["ls", "-b", db]),
+      strata(dir, ["read", "/../b.txt", "-b", `${db}?namespace=team/a`]),
+      strata(dir, ["ls", "-b", `${db}?namespace=`]),
+    ]);
+    expect(ownA.out).toBe("/a.txt\n");
+    // team%2Fb is team/b: it holds b.txt, not a.txt.
+    expectFailure(ownB, 3, "file_not_found", dir);
+    // A namespace sees nothing of a longer one's, nor the default one anything of either.
+    expect(parent.out).toBe("");
+    expect(missing.out).toBe("");
+    expectFailure(escape, 2, "invalid_path", dir);
+    expectFailure(empty, 2, "invalid_argument", dir);
+
+    const [inside, up, absolute, link, grep] = await Promise.all([
+      strata(dir, ["read", "in.txt", "-b", "file:data/sub"]),
+      strata(dir, ["read", "../top.txt", "-b", "file:data/sub"]),
+      strata(dir, ["read", "/../../data/top.txt", "-b", "file:data/sub"]),
+      strata(dir, ["read", "out/secret.txt", "-b", "file:data/sub"]),
+      strata(dir, ["grep", "e", "-b", "file:data/sub"]),
+    ]);
+    expect(inside.out).toBe("inside\n");
+    expectFailure(up, 2, "invalid_path", dir);
+    expectFailure(absolute, 2, "invalid_path", dir);
+    expect(link.status).not.toBe(0);
+    expect(link.out + link.err).not.toContain("TOP SECRET");
+    expect(grep.out).toBe("/in.txt:1:inside\n");
+  });
+
+  it("postgres:// and redis:// route URLs take ?namespace= too (taken out before the driver sees the URL)", { timeout: SLOW }, async () => {
+    const id = randomUUID();
+    const urls = [requireService("STRATA_POSTGRES_URL", "10-postgres.sh"), `${requireService("STRATA_REDIS_URL", "11-redis.sh").replace(/\/+$/, "")}/2`];
+    for (const base of urls) {
+      const join = base.includes("?") ? "&" : "?";
+      const mine = await openRoute("/", `${base}${join}namespace=cli-${id}/mine`, ROOT);
+      const theirs = await openRoute("/", `${base}${join}namespace=cli-${id}/theirs`, ROOT);
+      const parent = await openRoute("/", `${base}${join}namespace=cli-${id}`, ROOT);
+      try {
+        expect((await mine.backend.write("/only-mine.txt", "mine")).error).toBeUndefined();
+        expect((await mine.backend.read("/only-mine.txt")).content).toBe("mine");
+        expect((await theirs.backend.read("/only-mine.txt")).error?.code).toBe("file_not_found");
+        expect((await parent.backend.ls("/")).entries).toEqual([]);
+        expect((await theirs.backend.glob("**")).entries).toEqual([]);
+        expect((await mine.backend.read("/../only-mine.txt")).error?.code).toBe("invalid_path");
+        expect((await mine.backend.delete("/only-mine.txt")).error).toBeUndefined();
+      } finally {
+        await Promise.all([mine.close(), theirs.close(), parent.close()]);
+      }
+    }
+  });
+
+  it("--permissions takes rules or a preset, as strata mcp does: a denied or unapproved file is status 4 and one line", { timeout: SLOW }, async () => {
+    const dir = tempDir({
+      "notes/a.md": "needle one\n",
+      "private/p.md": "needle two\n",
+      "private/q.md": "needle three\n",
+      "blob.bin": "bytes",
+    });
+    const rules = [
+      { name: "private", action: "ask", operations: ["read"], paths: ["private/**"] },
+      { name: "no-notes-edits", action: "deny", operations: ["write", "edit", "delete"], paths: ["notes/**"] },
+    ];
+    writeFileSync(join(dir, "rules.json"), JSON.stringify(rules));
+    const p = ["--permissions", "rules.json", "--no-memories"];
+    const [asked, approved, denied, grep, grepYes, download, upload, preset, badFile, sync] = await Promise.all([
+      strata(dir, ["read", "private/p.md", ...p]),
+      strata(dir, ["read", "private/p.md", ...p, "--yes"]),
+      strata(dir, ["edit", "notes/a.md", "one", "1", ...p, "--yes"]),
+      strata(dir, ["grep", "needle", ...p]),
+      strata(dir, ["grep", "needle", ...p, "-y"]),
+      strata(dir, ["download", "private/q.md", ...p]),
+      strata(dir, ["upload", "blob.bin", "/notes/blob.bin", ...p]),
+      strata(dir, ["write", "new.txt", "x", "--permissions", "read-only"]),
+      strata(dir, ["ls", "--permissions", "nope.json"]),
+      strata(dir, ["sync", ".", `sqlite:${join(tempDir(), "copy.db")}`, "--permissions", "rules.json"]),
+    ]);
+    // ask without --yes: denied, saying why and how to approve.
+    expectFailure(asked, 4, "permission_denied", dir);
+    expect(asked.err).toContain("'private'");
+    expect(asked.err).toContain("--yes");
+    expect(asked.out).toBe("");
+    expect(approved.out).toBe("needle two\n");
+    // deny is not approved by --yes.
+    expectFailure(denied, 4, "permission_denied", dir);
+    expect(denied.err).toContain("no-notes-edits");
+    expect(readFileSync(join(dir, "notes/a.md"), "utf8")).toBe("needle one\n");
+    // A search leaves out what is not approved, and shows it with --yes.
+    expect(grep.out).toBe("/notes/a.md:1:needle one\n");
+    expect(grepYes.out.split("\n").filter(Boolean).sort()).toEqual(["/notes/a.md:1:needle one", "/private/p.md:1:needle two", "/private/q.md:1:needle three"]);
+    expectFailure(download, 4, "permission_denied", dir);
+    expectFailure(upload, 4, "permission_denied", dir);
+    expect(existsSync(join(dir, "notes/blob.bin"))).toBe(false);
+    expectFailure(preset, 4, "permission_denied", dir);
+    expect(preset.err).toContain("read-only");
+    expect(existsSync(join(dir, "new.txt"))).toBe(false);
+    expectFailure(badFile, 2, "invalid_argument", dir);
+    // The source of a sync is read under the rules too: the private files are not copied.
+    expectFailure(sync, 4, "permission_denied", dir);
+    expect(sync.err).toContain("'private'");
   });
 
   it("--help works on every command", { timeout: SLOW }, async () => {

@@ -4,7 +4,7 @@
  * MCP elicitation, accepted or declined, and a client without the elicitation
  * capability is denied with a message that says why.
  */
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -105,6 +105,38 @@ describe("strata mcp: permission rules that ask", () => {
     expect(denied.text).not.toContain(dir);
     expect(existsSync(join(dir, "protected", "c.txt"))).toBe(false);
     expect((await call(client, "write_file", { file_path: "/elsewhere.txt", content: "fine" })).isError).toBe(false);
+  });
+
+  it("a grep over many files an ask rule governs is one elicitation, listing them; a preset by name works too", async () => {
+    const dir = workspace();
+    const rules = [{ action: "ask", operations: ["read"], paths: ["private/**"], name: "private" }];
+    writeFileSync(join(dir, "read-rules.json"), JSON.stringify(rules));
+    mkdirSync(join(dir, "private"));
+    for (let i = 0; i < 75; i++) writeFileSync(join(dir, "private", `n${String(i).padStart(2, "0")}.txt`), "needle\n");
+    writeFileSync(join(dir, "open.txt"), "needle\n");
+    const asked: string[] = [];
+    const client = await connect(["--root", dir, "--no-memories", "--permissions", join(dir, "read-rules.json")], (message) => {
+      asked.push(message);
+      return { action: "accept", content: { allow: true } };
+    });
+    // A case-folded search reads every candidate, 50 at a time: still one question.
+    const found = await call(client, "grep", { pattern: "NEEDLE", case_insensitive: true, output_mode: "count" });
+    expect(found.isError, found.text).toBe(false);
+    expect(found.text.split("\n").filter((line) => /:\d+$/.test(line))).toHaveLength(76);
+    expect(asked, asked.join("\n---\n")).toHaveLength(1);
+    expect(asked[0]).toContain("'private'");
+    expect(asked[0]).toContain("/private/n00.txt");
+    expect(asked[0]).not.toContain(dir);
+    // A literal search (the native grep first): one question again, for this search.
+    expect((await call(client, "grep", { pattern: "needle" })).isError).toBe(false);
+    expect(asked).toHaveLength(2);
+
+    // `--permissions read-only`: the preset, not a file.
+    const readOnly = await connect(["--root", dir, "--no-memories", "--permissions", "read-only"]);
+    const refused = await call(readOnly, "write_file", { file_path: "/new.txt", content: "x" });
+    expect(refused.isError).toBe(true);
+    expect(refused.text).toContain("read-only");
+    expect(existsSync(join(dir, "new.txt"))).toBe(false);
   });
 
   it("refuses a permissions file that is not rules, naming only the file", async () => {
