@@ -5,6 +5,7 @@
  * status is the command's own (124 on timeout).
  */
 import { Command, InvalidArgumentError } from "commander";
+import { isStrataError } from "../core/errors.js";
 import { isSandbox } from "../core/protocol.js";
 import { embeddedShell, openEmbeddedWorkspace, type SandboxChoice } from "../mcp/embedded.js";
 import { fail, printJson, report, unwrap } from "./common.js";
@@ -12,6 +13,8 @@ import { fail, printJson, report, unwrap } from "./common.js";
 interface ExecFlags {
   root?: string;
   sandbox?: SandboxChoice;
+  identity?: string;
+  knownHosts?: string;
   unsafeLocal?: boolean;
   timeout?: number;
   cwd?: string;
@@ -25,8 +28,8 @@ function seconds(value: string): number {
 }
 
 function sandbox(value: string): SandboxChoice {
-  if (["auto", "local", "bwrap"].includes(value) || /^docker:.+/.test(value)) return value as SandboxChoice;
-  throw new InvalidArgumentError("one of auto, local, bwrap, docker:IMAGE");
+  if (["auto", "local", "bwrap"].includes(value) || /^docker:.+/.test(value) || /^ssh:\/\/.+/.test(value)) return value as SandboxChoice;
+  throw new InvalidArgumentError("one of auto, local, bwrap, docker:IMAGE, ssh://user@host[:port]/dir");
 }
 
 export function execCommand(): Command {
@@ -34,17 +37,20 @@ export function execCommand(): Command {
     .description("run a shell command in the workspace's sandbox; exits with its status")
     .argument("<command...>", "the command (several words are joined by spaces; quote shell syntax)")
     .option("-r, --root <dir>", "the workspace directory (default: the current directory)")
-    .option("--sandbox <kind>", "auto, local, bwrap, docker:IMAGE (default auto: bubblewrap when it works here)", sandbox)
+    .option("--sandbox <kind>", "auto, local, bwrap, docker:IMAGE, ssh://user@host[:port]/dir (default auto: bubblewrap when it works here)", sandbox)
+    .option("-i, --identity <file>", "with ssh://: the private key (default: ~/.ssh/id_ed25519, id_ecdsa or id_rsa, and ssh-agent)")
+    .option("--known-hosts <file>", "with ssh://: the known_hosts file that must list the server (default ~/.ssh/known_hosts)")
     .option("--unsafe-local", "without bubblewrap, run as a plain local process (no isolation)")
     .option("-t, --timeout <seconds>", "kill the command after this long (exit status 124)", seconds)
     .option("--cwd <dir>", "working directory inside the workspace")
     .option("--json", "print {output, exitCode, truncated} instead of streaming")
     .action(async (words: string[], flags: ExecFlags) => {
       try {
-        const options = { sandbox: flags.sandbox, unsafeLocal: flags.unsafeLocal === true, memories: false };
+        const ssh = { ...(flags.identity === undefined ? {} : { identity: flags.identity }), ...(flags.knownHosts === undefined ? {} : { knownHosts: flags.knownHosts }) };
+        const options = { sandbox: flags.sandbox, unsafeLocal: flags.unsafeLocal === true, memories: false, ssh };
         if ((await embeddedShell(options)) === "none") fail("unavailable", "bubblewrap is not available here; --unsafe-local runs commands unisolated");
         const ws = await openEmbeddedWorkspace(flags.root ?? process.cwd(), options).catch((error: unknown) =>
-          fail("unavailable", error instanceof Error ? error.message : String(error)),
+          isStrataError(error) ? fail(error.code, error.message) : fail("unavailable", error instanceof Error ? error.message : String(error)),
         );
         try {
           const box = ws.backend;

@@ -11,20 +11,27 @@ import { statSync } from "node:fs";
 import nodePath from "node:path";
 import { CompositeBackend } from "../backends/composite.js";
 import { FilesystemBackend } from "../backends/filesystem.js";
-import { normalizePath } from "../core/paths.js";
+import { baseName, normalizePath } from "../core/paths.js";
 import type { Backend, Sandbox } from "../core/protocol.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { LocalSandbox } from "../sandboxes/local.js";
+import type { SshSandbox } from "../sandboxes/ssh.js";
 import type { AllowedRoot } from "./fs-tools.js";
 import { openRoute, type OpenedRoute } from "./routes.js";
 import type { Workspace } from "./server.js";
+import type { SshCredentials } from "./ssh-target.js";
 
 /** Where commands run: "auto" (bubblewrap when it works, else local with `unsafeLocal`, else none), or one named. */
-export type SandboxChoice = "auto" | "none" | "local" | "bwrap" | `docker:${string}`;
+export type SandboxChoice = "auto" | "none" | "local" | "bwrap" | `docker:${string}` | `ssh://${string}`;
 
 export interface EmbeddedWorkspaceOptions {
-  /** Default "auto". `docker:IMAGE` works in a fresh container (its own /workspace, not the directory). */
+  /**
+   * Default "auto". `docker:IMAGE` works in a fresh container (its own /workspace, not the directory);
+   * `ssh://user@host[:port]/dir` in that directory on that machine (ssh-target.ts), `ssh` credentials.
+   */
   sandbox?: SandboxChoice;
+  /** The key and known_hosts file of an `ssh://` sandbox (defaults: ~/.ssh's, and the agent). */
+  ssh?: SshCredentials;
   /** With "auto": run commands as local processes when bubblewrap is not available (no isolation). Default false. */
   unsafeLocal?: boolean;
   /** Offer a shell at all. Default true; false is `sandbox: "none"`. */
@@ -36,7 +43,7 @@ export interface EmbeddedWorkspaceOptions {
 }
 
 /** How commands run in a workspace. */
-export type ShellKind = "bubblewrap" | "local" | "docker" | "none";
+export type ShellKind = "bubblewrap" | "local" | "docker" | "ssh" | "none";
 
 export const DEFAULT_ROUTES: Readonly<Record<string, string>> = { "/memories": "sqlite:.strata/memories.db" };
 
@@ -47,6 +54,7 @@ export async function embeddedShell(options: EmbeddedWorkspaceOptions = {}): Pro
   if (choice === "local") return "local";
   if (choice === "bwrap") return "bubblewrap";
   if (choice.startsWith("docker:")) return "docker";
+  if (choice.startsWith("ssh://")) return "ssh";
   if (await BubblewrapSandbox.isAvailable()) return "bubblewrap";
   return options.unsafeLocal ? "local" : "none";
 }
@@ -66,11 +74,16 @@ export async function openEmbeddedWorkspace(directory: string, options: Embedded
   } else if (shell === "docker") {
     const { DockerSandbox } = await import("../sandboxes/docker.js");
     files = sandbox = await DockerSandbox.create({ image: (options.sandbox ?? "").slice("docker:".length) });
+  } else if (shell === "ssh") {
+    const { SshSandbox } = await import("../sandboxes/ssh.js");
+    const { sshSandboxOptions } = await import("./ssh-target.js");
+    files = sandbox = await SshSandbox.connect(await sshSandboxOptions(options.sandbox ?? "", options.ssh));
   } else {
     files = new FilesystemBackend({ workspace: dir });
   }
   const root = (files as { root?: string }).root ?? "/";
-  const what = shell === "docker" ? "the container's workspace" : `the folder '${nodePath.basename(dir)}'`;
+  const what =
+    shell === "docker" ? "the container's workspace" : shell === "ssh" ? `the remote folder '${baseName((sandbox as SshSandbox).workspace)}' over SSH` : `the folder '${nodePath.basename(dir)}'`;
   const roots: AllowedRoot[] = [{ path: root, description: `the workspace: ${what}${shell === "bubblewrap" ? " (commands see it at this path too)" : ""}` }];
   const routeUrls = options.routes ?? (options.memories === false ? {} : DEFAULT_ROUTES);
   const opened: Array<[string, OpenedRoute]> = [];

@@ -69,6 +69,8 @@ export interface SshSandboxOptions extends BaseSandboxOptions {
   privateKey?: string | Buffer;
   passphrase?: string;
   password?: string;
+  /** An SSH agent's socket (usually `process.env.SSH_AUTH_SOCK`): its keys are tried after `privateKey`. */
+  agent?: string;
   /**
    * The server's public key ("ssh-ed25519 AAAA…", as in known_hosts or a
    * .pub file). A server presenting another key is refused before any
@@ -196,6 +198,7 @@ export class SshSandbox extends BaseSandbox {
       privateKey: options.privateKey,
       passphrase: options.passphrase,
       password: options.password,
+      agent: options.agent,
       readyTimeout: connectTimeout * 1000,
       keepaliveInterval: keepalive * 1000,
       keepaliveCountMax: KEEPALIVE_COUNT,
