@@ -11,9 +11,13 @@ import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { openRoute } from "../mcp/routes.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { providerMissing, requireService } from "./support/runtime-services.js";
+import { SshWorkspaces } from "./support/sandbox-services.js";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const CLI = join(ROOT, "cli", "strata.ts");
@@ -368,6 +372,104 @@ describe("strata exec", () => {
     expect(readFileSync(join(dir, "made.txt"), "utf8")).toBe("made\n");
     const timedOut = await strata(dir, ["exec", "--timeout", "1", "sleep 20"]);
     expect(timedOut.status).toBe(124);
+  });
+});
+
+describe("strata exec and strata mcp over SSH", () => {
+  /** The test sshd (scripts/services/40-sshd.sh), a remote directory under one per run, and what an ssh user's ~/.ssh holds. */
+  function sshSetup(): { url: (name: string) => string; workspaces: SshWorkspaces; knownHosts: string; key: string; home: string; env: NodeJS.ProcessEnv } {
+    const workspaces = new SshWorkspaces("cli-test");
+    const { host, port, username } = workspaces.service.options;
+    const key = requireService("STRATA_SSH_KEY", "40-sshd.sh");
+    const home = tempDir();
+    const knownHosts = join(home, "known_hosts");
+    writeFileSync(knownHosts, `[${host}]:${port} ${String(workspaces.service.options.hostKey).trim()}\n`);
+    // HOME without ~/.ssh and no agent: nothing found unless the test says so.
+    const env: NodeJS.ProcessEnv = { ...process.env, HOME: home, SSH_AUTH_SOCK: "" };
+    return { url: (name) => `ssh://${username}@${host}:${port}${workspaces.root}/${name}`, workspaces, knownHosts, key, home, env };
+  }
+
+  it("exec runs in the remote directory with --identity and --known-hosts, or with ~/.ssh's key and known_hosts, or through the agent", { timeout: SLOW }, async () => {
+    const ssh = sshSetup();
+    try {
+      const dir = tempDir();
+      const flags = ["-i", ssh.key, "--known-hosts", ssh.knownHosts];
+      const run = await strata(dir, ["exec", "--sandbox", ssh.url("a"), ...flags, "echo hi; pwd; whoami; exit 3"], undefined, ssh.env);
+      expect(run.status, run.err).toBe(3);
+      expect(run.out).toBe(`hi\n${ssh.workspaces.root}/a\n${ssh.workspaces.service.options.username}\n`);
+      expect((await strata(dir, ["exec", "--sandbox", ssh.url("a"), ...flags, "mkdir sub"], undefined, ssh.env)).status).toBe(0);
+      const json = JSON.parse((await strata(dir, ["exec", "--sandbox", ssh.url("a"), ...flags, "--json", "--cwd", "sub", "pwd"], undefined, ssh.env)).out);
+      expect(json).toEqual({ output: `${ssh.workspaces.root}/a/sub\n`, exitCode: 0, truncated: false });
+
+      // Nothing given, nothing in ~/.ssh, no agent: no key to log in with, said in one line.
+      const [noKey, noKnownHosts] = await Promise.all([
+        strata(dir, ["exec", "--sandbox", ssh.url("a"), "--known-hosts", ssh.knownHosts, "true"], undefined, ssh.env),
+        strata(dir, ["exec", "--sandbox", ssh.url("a"), "-i", ssh.key, "true"], undefined, ssh.env),
+      ]);
+      expectFailure(noKey, 2, "invalid_argument", dir);
+      expect(noKey.err).toContain("--identity");
+      expectFailure(noKnownHosts, 2, "invalid_argument", dir);
+      expect(noKnownHosts.err).toContain("ssh-keyscan");
+      // A known_hosts file that does not list this server: refused before any credential is sent.
+      const stranger = join(ssh.home, "other_known_hosts");
+      writeFileSync(stranger, `[${ssh.workspaces.service.options.host}]:1 ${String(ssh.workspaces.service.options.hostKey).trim()}\n`);
+      expectFailure(await strata(dir, ["exec", "--sandbox", ssh.url("a"), "-i", ssh.key, "--known-hosts", stranger, "true"], undefined, ssh.env), 4, "permission_denied", dir);
+
+      // The ssh user's own setup: ~/.ssh/id_ed25519 and ~/.ssh/known_hosts, no flags.
+      mkdirSync(join(ssh.home, ".ssh"), { mode: 0o700 });
+      writeFileSync(join(ssh.home, ".ssh", "id_ed25519"), readFileSync(ssh.key), { mode: 0o600 });
+      writeFileSync(join(ssh.home, ".ssh", "known_hosts"), readFileSync(ssh.knownHosts));
+      const plain = await strata(dir, ["exec", "--sandbox", ssh.url("b"), "pwd"], undefined, ssh.env);
+      expect(plain.status, plain.err).toBe(0);
+      expect(plain.out).toBe(`${ssh.workspaces.root}/b\n`);
+
+      // An agent holding the key, and no key file: SSH_AUTH_SOCK is used.
+      rmSync(join(ssh.home, ".ssh", "id_ed25519"));
+      const socket = join(ssh.home, "agent.sock");
+      const agent = spawn("ssh-agent", ["-D", "-a", socket], { stdio: "ignore" });
+      try {
+        for (let i = 0; i < 50 && !existsSync(socket); i++) await new Promise((resolve) => setTimeout(resolve, 100));
+        const added = await new Promise<number | null>((resolve) => spawn("ssh-add", [ssh.key], { env: { ...ssh.env, SSH_AUTH_SOCK: socket }, stdio: "ignore" }).on("close", resolve));
+        expect(added).toBe(0);
+        const viaAgent = await strata(dir, ["exec", "--sandbox", ssh.url("b"), "echo agent"], undefined, { ...ssh.env, SSH_AUTH_SOCK: socket });
+        expect(viaAgent.status, viaAgent.err).toBe(0);
+        expect(viaAgent.out).toBe("agent\n");
+      } finally {
+        agent.kill();
+      }
+    } finally {
+      await ssh.workspaces.cleanUp();
+    }
+  });
+
+  it("strata mcp --sandbox ssh://… serves the remote directory: files and commands are the remote machine's", { timeout: SLOW }, async () => {
+    const ssh = sshSetup();
+    const client = new Client({ name: "strata-cli-ssh-test", version: "1" });
+    try {
+      const dir = tempDir();
+      const args = ["--import", TSX, CLI, "mcp", "--root", dir, "--sandbox", ssh.url("m"), "--identity", ssh.key, "--known-hosts", ssh.knownHosts];
+      await client.connect(new StdioClientTransport({ command: process.execPath, args, cwd: dir, stderr: "pipe", env: ssh.env as Record<string, string> }));
+      const call = async (name: string, input: Record<string, unknown>) => {
+        const result = (await client.callTool({ name, arguments: input })) as CallToolResult;
+        const first = result.content[0];
+        return { isError: result.isError === true, text: first?.type === "text" ? first.text : "" };
+      };
+      // The remote directory is the workspace's root, named as the remote machine names it.
+      const remote = `${ssh.workspaces.root}/m`;
+      const roots = await call("list_allowed_roots", {});
+      expect(roots.text).toContain("over SSH");
+      expect(roots.text).toContain(remote);
+      const written = await call("write_file", { file_path: `${remote}/remote.txt`, content: "over ssh" });
+      expect(written.isError, written.text).toBe(false);
+      const ran = await call("execute", { command: "cat remote.txt; echo; pwd" });
+      expect(ran.text).toContain("over ssh");
+      expect(ran.text).toContain(remote);
+      // Nothing landed in the local directory.
+      expect(existsSync(join(dir, "remote.txt"))).toBe(false);
+    } finally {
+      await client.close().catch(() => undefined);
+      await ssh.workspaces.cleanUp();
+    }
   });
 });
 
