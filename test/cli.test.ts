@@ -2,7 +2,10 @@
  * The `strata` command as a real process (through tsx, from source): every
  * file command in text and --json, the error line and exit statuses, hostile
  * paths, a byte-exact binary round trip, sync into SQLite and back (with
- * --delete and --dry-run), exec in bubblewrap, --help everywhere, and demo.
+ * --delete and --dry-run), exec in bubblewrap, --help everywhere, and demo;
+ * route URLs confined to a namespace or a directory, --permissions (a file or
+ * a preset, ask denied unless --yes), and exec and mcp over --sandbox ssh://
+ * against the test sshd.
  */
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
