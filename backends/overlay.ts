@@ -89,6 +89,7 @@ export interface OverlayCommit {
 export class OverlayBackend extends BaseBackend {
   /** The disk beneath the layer (no permission rules of its own: the overlay's apply). */
   readonly disk: FilesystemBackend;
+  private readonly lower: LowerFilesystem;
   readonly workspace: string;
   private readonly entries = new Map<string, Entry>();
   /** Names of entries, by parent directory, for listings. */
@@ -104,7 +105,7 @@ export class OverlayBackend extends BaseBackend {
     if (typeof options?.workspace !== "string" || options.workspace === "") {
       throw errors.invalidArgument("OverlayBackend needs { workspace }: the host directory the layer lies over");
     }
-    this.disk = new FilesystemBackend({ workspace: options.workspace, useRipgrep: options.useRipgrep, fsync: options.fsync, permissions: false });
+    this.disk = this.lower = new LowerFilesystem({ workspace: options.workspace, useRipgrep: options.useRipgrep, fsync: options.fsync, permissions: false });
     this.workspace = this.disk.workspace;
     this.store = options.store;
     this.namespace = options.namespace ?? ["overlay"];
@@ -262,9 +263,7 @@ export class OverlayBackend extends BaseBackend {
       return textWindow(text, path, offset, limit);
     }
     if (this.hidden(path)) throw errors.notFound(path);
-    const read = unwrap(await this.disk.read(path, { offset, limit }));
-    if (read.encoding !== "utf-8") throw errors.binary(path, read.size);
-    return { lines: read.lineCount === 0 ? [] : read.content.split("\n"), totalLines: read.totalLines };
+    return this.lower.readWindow(path, offset, limit);
   }
 
   protected override async doStat(filePath: string): Promise<FileInfo> {
@@ -782,6 +781,13 @@ export class OverlayBackend extends BaseBackend {
     } catch (error) {
       return { error: toErrorInfo(error) };
     }
+  }
+}
+
+/** The disk beneath: a FilesystemBackend whose read driver the overlay calls directly (a read is its hot path: no second round of argument checks). */
+class LowerFilesystem extends FilesystemBackend {
+  readWindow(path: string, offset: number, limit: number): Promise<TextWindow> {
+    return this.doRead(path, offset, limit);
   }
 }
 

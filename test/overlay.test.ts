@@ -5,7 +5,13 @@ import { afterEach, describe, expect, it } from "vitest";
 import { OverlayBackend } from "../backends/overlay.js";
 import { StateBackend } from "../backends/state.js";
 import type { Backend } from "../core/protocol.js";
+import { randomUUID } from "node:crypto";
+import { MemoryStore } from "../stores/memory.js";
+import { PostgresStore } from "../stores/postgres.js";
+import { RedisStore } from "../stores/redis.js";
 import { SqliteStore } from "../stores/sqlite.js";
+import type { Store } from "../stores/store.js";
+import { serviceUrl } from "./support/servers.js";
 
 const repo = path.resolve(import.meta.dirname, "..");
 const temps: string[] = [];
@@ -393,4 +399,38 @@ describe("OverlayBackend: a layer kept in SQLite survives a restart", () => {
     expect((await store.list(namespace)).items).toEqual([]);
     await store.close();
   });
+});
+
+describe("OverlayBackend: a layer in any Store, found again by a new backend (a new process's, for the servers)", () => {
+  const memory = new MemoryStore();
+  // A MemoryStore lives as long as its object: the second backend shares it instead of reopening.
+  const engines: Array<[string, () => Store, boolean]> = [
+    ["MemoryStore", () => memory, false],
+    ["PostgresStore", () => new PostgresStore({ connectionString: serviceUrl("STRATA_POSTGRES_URL"), maxConnections: 2 }), true],
+    ["RedisStore", () => new RedisStore({ url: serviceUrl("STRATA_REDIS_URL") }), true],
+  ];
+  for (const [name, open, reopen] of engines) {
+    it(name, async () => {
+      const root = await sourceTree();
+      const namespace = ["overlay-test", randomUUID()];
+      const firstStore = open();
+      const first = new OverlayBackend({ workspace: root, store: firstStore, namespace });
+      expect((await first.write("/core/paths.ts", "replaced\n", { overwrite: true })).error).toBeUndefined();
+      expect((await first.delete("/tools")).error).toBeUndefined();
+      expect((await first.mkdir("/empty")).error).toBeUndefined();
+      const layer = await first.virtualFiles();
+      if (reopen) await firstStore.close();
+
+      const store = open();
+      const second = new OverlayBackend({ workspace: root, store, namespace });
+      expect(await second.virtualFiles()).toEqual(layer);
+      expect((await second.read("/core/paths.ts")).content).toBe("replaced");
+      expect((await second.ls("/")).entries!.map((e) => e.path)).toEqual(["/core/", "/empty/"]);
+      await fs.writeFile(path.join(root, "core/paths.ts"), "changed behind the layer\n");
+      expect((await second.commit()).error?.code).toBe("conflict");
+      expect((await second.discard()).discarded).toBe(3);
+      expect((await store.list(namespace)).items).toEqual([]);
+      if (reopen) await store.close();
+    });
+  }
 });
