@@ -121,6 +121,20 @@ describe("strata mcp --overlay, strata diff, strata commit, strata discard", () 
     expect(readFileSync(join(dir, "b.txt"), "utf8")).toBe("b\n");
   });
 
+  it("the layer's own database is out of the agent's reach through the overlay", async () => {
+    const dir = tempDir({ "a.txt": "a\n" });
+    const { overlay, close } = openOverlay(dir);
+    try {
+      expect((await overlay.write("/x.txt", "x")).error).toBeUndefined();
+      expect((await overlay.delete("/.strata")).error?.code).toBe("permission_denied");
+      expect((await overlay.write("/.strata/overlay.db", "x", { overwrite: true })).error?.code).toBe("permission_denied");
+      expect((await overlay.move("/.strata", "/elsewhere")).error?.code).toBe("permission_denied");
+      expect((await overlay.glob("**")).entries!.map((e) => e.path)).toEqual(["/a.txt", "/x.txt"]);
+    } finally {
+      await close();
+    }
+  });
+
   it("without an overlay there is nothing to review, and none is created", { timeout: SLOW }, async () => {
     const dir = tempDir({ "a.txt": "a\n" });
     expect((await strata(dir, ["diff"])).out).toBe("");
