@@ -231,7 +231,8 @@ export class OverlayBackend extends BaseBackend {
       if (listed.error && listed.error.code !== "file_not_found") throw toStrata(listed.error);
       for (const info of listed.entries ?? []) {
         const path = info.path.endsWith("/") ? info.path.slice(0, -1) : info.path;
-        if (!this.entries.has(path)) out.set(path, info);
+        // A file put on disk where the layer has a directory lists as itself: not a child.
+        if (path !== dir && !this.entries.has(path)) out.set(path, info);
       }
     }
     for (const name of this.children.get(dir) ?? []) {
