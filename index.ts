@@ -160,6 +160,7 @@ export {
 } from "./backends/audit.js";
 export { CompositeBackend, type CompositeBackendOptions } from "./backends/composite.js";
 export { FilesystemBackend, type FilesystemBackendOptions } from "./backends/filesystem.js";
+export { OverlayBackend, type OverlayBackendOptions, type OverlayCommit, type OverlayConflict, type VirtualFile } from "./backends/overlay.js";
 export { PermissionedBackend, PermissionedSandbox, withPermissions } from "./backends/permissions.js";
 export { StoreBackend, storeBackendFactory, type NamespaceSpec, type StoreBackendOptions } from "./backends/store.js";
 export type {

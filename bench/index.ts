@@ -34,6 +34,7 @@ import {
 const GROUPS: ReadonlyArray<{ name: string; load: () => Promise<BenchGroup> }> = [
   { name: "state", load: async () => (await import("./state.js")).stateGroup },
   { name: "filesystem", load: async () => (await import("./filesystem.js")).filesystemGroup },
+  { name: "overlay", load: async () => (await import("./overlay.js")).overlayGroup },
   { name: "store", load: async () => (await import("./store.js")).storeGroup },
   { name: "sandbox", load: async () => (await import("./sandbox.js")).sandboxGroup },
   { name: "runtime", load: async () => (await import("./runtime.js")).runtimeGroup },

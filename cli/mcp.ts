@@ -30,6 +30,7 @@ const configSchema = z.strictObject({
   unsafeLocal: z.boolean().optional(),
   execute: z.boolean().optional(),
   memories: z.boolean().optional(),
+  overlay: z.boolean().optional(),
   routes: z.record(z.string(), z.string()).optional(),
   http: z.boolean().optional(),
   host: z.string().optional(),
@@ -56,6 +57,7 @@ interface McpFlags {
   unsafeLocal?: boolean;
   execute?: boolean;
   memories?: boolean;
+  overlay?: boolean;
   maxOutputChars?: number;
   permissions?: string;
 }
@@ -128,6 +130,7 @@ export function mcpCommand(): Command {
     )
     .option("--no-execute", "offer no shell")
     .option("--no-memories", "do not mount /memories")
+    .option("--overlay", "serve the directory through an overlay: changes wait in .strata/overlay.db for `strata diff`, `strata commit` or `strata discard` (no shell)")
     .action(async (flags: McpFlags, command: Command) => {
       const config = flags.config === undefined ? {} : readConfig(flags.config);
       // A flag typed on the command line wins; a default (--no-x's true) does not hide the file's value.
@@ -143,6 +146,7 @@ export function mcpCommand(): Command {
         unsafeLocal: pick("unsafeLocal") ?? false,
         execute: pick("execute") ?? true,
         memories: pick("memories") ?? true,
+        overlay: pick("overlay") ?? false,
         routes,
       };
       const token = flags.token ?? process.env.STRATA_MCP_TOKEN;
@@ -204,7 +208,7 @@ export function mcpCommand(): Command {
       }
       // Before serving: a URL or credentials that cannot work fail the start, not each session.
       if (shell === "ssh") await sshSandboxOptions(workspaceOptions.sandbox ?? "", workspaceOptions.ssh);
-      if (shell === "none" && workspaceOptions.execute && (workspaceOptions.sandbox ?? "auto") === "auto") {
+      if (shell === "none" && workspaceOptions.execute && !workspaceOptions.overlay && (workspaceOptions.sandbox ?? "auto") === "auto") {
         process.stderr.write("strata mcp: bubblewrap is not available here, so no shell is offered (--unsafe-local runs commands unisolated)\n");
       }
       if (!http) {

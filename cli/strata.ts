@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 /**
- * The `strata` command: the file commands (files.ts), exec, sync, mcp and
- * demo. Every command takes --help; a failure prints one line on stderr and
- * exits with the status its error code maps to (common.ts, README "Exit
+ * The `strata` command: the file commands (files.ts), exec, sync, mcp,
+ * diff/commit/discard (overlay.ts) and demo. Every command takes --help; a
+ * failure prints one line on stderr and exits with the status its error code maps to (common.ts, README "Exit
  * statuses"); a usage error exits 2.
  */
 import { Command, CommanderError } from "commander";
@@ -11,6 +11,7 @@ import { runDemo } from "./demo.js";
 import { execCommand } from "./exec.js";
 import { fileCommands } from "./files.js";
 import { mcpCommand } from "./mcp.js";
+import { overlayCommands } from "./overlay.js";
 import { syncCommand } from "./sync.js";
 
 const program = new Command("strata")
@@ -22,7 +23,7 @@ const demo = new Command("demo")
   .description("a tour of one workspace on embedded defaults (a sandbox, SQLite memories under .strata/, scratch in memory)")
   .action(() => runDemo());
 
-for (const command of [...fileCommands(), execCommand(), syncCommand(), mcpCommand(), demo]) program.addCommand(command);
+for (const command of [...fileCommands(), execCommand(), syncCommand(), mcpCommand(), ...overlayCommands(), demo]) program.addCommand(command);
 // A usage error is one line, as every other error (addCommand does not pass these settings down).
 for (const command of [program, ...program.commands]) {
   command.exitOverride().configureOutput({

@@ -17,6 +17,7 @@ import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { LocalSandbox } from "../sandboxes/local.js";
 import type { SshSandbox } from "../sandboxes/ssh.js";
 import type { AllowedRoot } from "./fs-tools.js";
+import { openOverlay, type OpenedOverlay } from "./overlay.js";
 import { openRoute, type OpenedRoute } from "./routes.js";
 import type { Workspace } from "./server.js";
 import type { SshCredentials } from "./ssh-target.js";
@@ -40,6 +41,12 @@ export interface EmbeddedWorkspaceOptions {
   routes?: Record<string, string>;
   /** Mount the default `/memories` route. Default true; ignored when `routes` is given. */
   memories?: boolean;
+  /**
+   * Serve the directory through an overlay (mcp/overlay.ts): changes wait in
+   * `.strata/overlay.db` for `strata commit` or `strata discard`. No shell is
+   * offered: commands would see the disk, not the layer.
+   */
+  overlay?: boolean;
 }
 
 /** How commands run in a workspace. */
@@ -49,7 +56,7 @@ export const DEFAULT_ROUTES: Readonly<Record<string, string>> = { "/memories": "
 
 /** Which shell `auto` (or the choice given) comes to here. */
 export async function embeddedShell(options: EmbeddedWorkspaceOptions = {}): Promise<ShellKind> {
-  const choice = options.execute === false ? "none" : (options.sandbox ?? "auto");
+  const choice = options.execute === false || options.overlay ? "none" : (options.sandbox ?? "auto");
   if (choice === "none") return "none";
   if (choice === "local") return "local";
   if (choice === "bwrap") return "bubblewrap";
@@ -65,7 +72,11 @@ export async function openEmbeddedWorkspace(directory: string, options: Embedded
   const shell = await embeddedShell(options);
   let files: Backend;
   let sandbox: Sandbox | undefined;
-  if (shell === "bubblewrap") {
+  let layer: OpenedOverlay | undefined;
+  if (options.overlay) {
+    layer = openOverlay(dir);
+    files = layer.overlay;
+  } else if (shell === "bubblewrap") {
     const why = await BubblewrapSandbox.unavailableReason();
     if (why) throw new Error(`bubblewrap cannot run here: ${why}`);
     files = sandbox = new BubblewrapSandbox({ workspace: dir });
@@ -83,13 +94,18 @@ export async function openEmbeddedWorkspace(directory: string, options: Embedded
   }
   const root = (files as { root?: string }).root ?? "/";
   const what =
-    shell === "docker" ? "the container's workspace" : shell === "ssh" ? `the remote folder '${baseName((sandbox as SshSandbox).workspace)}' over SSH` : `the folder '${nodePath.basename(dir)}'`;
+    shell === "docker"
+      ? "the container's workspace"
+      : shell === "ssh"
+        ? `the remote folder '${baseName((sandbox as SshSandbox).workspace)}' over SSH`
+        : `the folder '${nodePath.basename(dir)}'${layer ? " through an overlay: changes wait for review (strata diff, strata commit)" : ""}`;
   const roots: AllowedRoot[] = [{ path: root, description: `the workspace: ${what}${shell === "bubblewrap" ? " (commands see it at this path too)" : ""}` }];
   const routeUrls = options.routes ?? (options.memories === false ? {} : DEFAULT_ROUTES);
   const opened: Array<[string, OpenedRoute]> = [];
   const closeAll = async () => {
     await Promise.all(opened.map(([, route]) => route.close().catch(() => undefined)));
     await sandbox?.close();
+    await layer?.close();
   };
   try {
     for (const [prefix, url] of Object.entries(routeUrls)) opened.push([prefix, await openRoute(prefix, url, dir)]);
