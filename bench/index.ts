@@ -35,6 +35,7 @@ const GROUPS: ReadonlyArray<{ name: string; load: () => Promise<BenchGroup> }> =
   { name: "state", load: async () => (await import("./state.js")).stateGroup },
   { name: "filesystem", load: async () => (await import("./filesystem.js")).filesystemGroup },
   { name: "store", load: async () => (await import("./store.js")).storeGroup },
+  { name: "snapshots", load: async () => (await import("./snapshots.js")).snapshotsGroup },
   { name: "sandbox", load: async () => (await import("./sandbox.js")).sandboxGroup },
   { name: "runtime", load: async () => (await import("./runtime.js")).runtimeGroup },
   { name: "import", load: async () => (await import("./imports.js")).importGroup },

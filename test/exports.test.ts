@@ -174,6 +174,7 @@ const ROOT_OWN_VALUES = [
   "StateBackend",
   "StoreBackend",
   "createStateBackend",
+  "hasSnapshots",
   "storeBackendFactory",
   "withPermissions",
 ];
@@ -188,7 +189,10 @@ const ROOT_OWN_TYPES = [
   "AuditStats",
   "Audited",
   "FileChange",
+  "Restored",
   "SnapshotPoint",
+  "SnapshotStore",
+  "Snapshots",
   "BaseSandboxOptions",
   "BubblewrapLimits",
   "BubblewrapSandboxOptions",
