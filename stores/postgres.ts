@@ -666,15 +666,16 @@ export class PostgresStore implements Store, SnapshotStore {
   /**
    * The recorded layout version: the meta table's, else 0 when the files
    * table exists without one (the layout before versions), else undefined
-   * (nothing there). `complete` says the table, its directory index and its
-   * sequence all exist.
+   * (nothing there). `complete` says the table, its directory index, its
+   * sequence and its snapshot tables all exist.
    */
   private async layoutVersion(db: Pool | PoolClient): Promise<{ version: number | undefined; complete: boolean }> {
     const names = this.names();
     const { rows } = await db.query<{ meta: boolean; files: boolean; complete: boolean }>(
       `SELECT to_regclass($1) IS NOT NULL AS meta, to_regclass($2) IS NOT NULL AS files,
-              to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL AS complete`,
-      [names.meta, names.table, names.dir, names.sequence],
+              to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL
+                AND to_regclass($5) IS NOT NULL AND to_regclass($6) IS NOT NULL AS complete`,
+      [names.meta, names.table, names.dir, names.sequence, names.history, names.snapshots],
     );
     const found = rows[0]!;
     if (!found.meta) return { version: found.files ? 0 : undefined, complete: found.complete };
