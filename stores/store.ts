@@ -120,7 +120,7 @@ export interface Store {
  * racing it sees the files before it or after it, never a mix.
  */
 export interface SnapshotStore {
-  /** The namespace as it is now, kept under the id returned (the same id when nothing changed since the last). */
+  /** The namespace as it is now, kept under the id returned (ids of one namespace may repeat when nothing changed between them). */
   snapshot(namespace: Namespace): Promise<string>;
   /** Puts the namespace back as it was at snapshot `id`; later snapshots stay valid. */
   restore(namespace: Namespace, id: string): Promise<Restored>;
