@@ -4,7 +4,8 @@
  * deletes, moves and uploads (property tests, each store), diff names exactly
  * the files that differ, ids survive a restart (SQLite file reopened, a new
  * PostgreSQL pool), writers racing a restore on PostgreSQL see the old or the
- * restored files, never a mix, a MemoryStore fork is independent, and 1000
+ * restored files, never a mix, snapshots taken while writers commit restore
+ * whole batches, a MemoryStore fork is independent, and 1000
  * snapshots of small edits stay within 2x the memory of the largest state.
  */
 import { randomUUID } from "node:crypto";
@@ -260,16 +261,58 @@ describe("PostgresStore: writers racing restore", () => {
       }
       expect(await readAll()).toEqual(new Set(["old-e\n"]));
 
-      // Whole-namespace writers (one transaction each) racing restores: at the end, and at every read, one writer's value or the restored one.
+      // Writers of whole batches (the 40 files plus a new file of their own, one transaction each) racing restores.
+      // Any state a serial order gives: the 40 files alike; a batch's value with its new file; the restored value with no new file.
       const s2 = await backend.snapshot();
+      const check = async () => {
+        const { rows } = await store.client.query<{ key: string; content: string }>(`SELECT key, content FROM ${pgTable} WHERE ns = $1`, [ns]);
+        const values = new Set(rows.filter((row) => row.key.startsWith("/f")).map((row) => row.content));
+        const added = rows.filter((row) => row.key.startsWith("/n")).map((row) => row.key);
+        expect(values.size).toBe(1);
+        const [value] = values;
+        if (value === "old-e\n") expect(added).toEqual([]);
+        else expect(added).toContain(`/n${value!.slice(1, -1)}`);
+      };
       const mixed: Array<Promise<unknown>> = [];
       for (let round = 0; round < 30; round++) {
-        mixed.push(store.putMany(namespace, keys.map((key) => [key, fileDataFromText(`w${round}\n`)] as const)));
-        mixed.push(readAll().then((seen) => expect(seen.size).toBe(1)));
-        if (round % 10 === 5) mixed.push(backend.restore(s2));
+        const batch = [...keys, `/n${round}`].map((key) => [key, fileDataFromText(`w${round}\n`)] as const);
+        mixed.push(store.putMany(namespace, batch));
+        mixed.push(check());
+        if (round % 3 === 2) mixed.push(backend.restore(s2).then(check));
       }
       await Promise.all(mixed);
-      expect((await readAll()).size).toBe(1);
+      await check();
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
+});
+
+describe("PostgresStore: snapshots taken while writers run", () => {
+  it("each is one committed state: restoring it gives every batch whole or not at all", async () => {
+    const store = new PostgresStore({ connectionString: url, table: pgTable, maxConnections: 8 });
+    const namespace = ["snap", randomUUID()];
+    // Two disjoint sets of keys, written side by side: one set's batch may commit while the other's is under way.
+    const sets = ["/p", "/q"].map((dir) => Array.from({ length: 200 }, (_, i) => `${dir}/${String(i).padStart(3, "0")}`));
+    const ns = JSON.stringify(namespace);
+    try {
+      for (const keys of sets) await store.putMany(namespace, keys.map((key) => [key, fileDataFromText("w-start")] as const));
+      await store.snapshot(namespace);
+      const ids: Array<Promise<string>> = [];
+      const writes: Array<Promise<unknown>> = [];
+      for (let round = 0; round < 20; round++) {
+        for (const keys of sets) writes.push(store.putMany(namespace, keys.map((key) => [key, fileDataFromText(`w${round}`)] as const)));
+        ids.push(store.snapshot(namespace));
+      }
+      await Promise.all(writes);
+      for (const id of await Promise.all(ids)) {
+        await store.restore(namespace, id);
+        for (const dir of ["/p/", "/q/"]) {
+          const { rows } = await store.client.query<{ content: string }>(`SELECT content FROM ${pgTable} WHERE ns = $1 AND key LIKE $2`, [ns, `${dir}%`]);
+          expect(rows).toHaveLength(200);
+          expect(new Set(rows.map((row) => row.content)).size, `snapshot ${id}, ${dir}`).toBe(1);
+        }
+      }
     } finally {
       await store.close();
     }
