@@ -142,7 +142,7 @@ export {
   type PermissionVerdict,
 } from "./core/index.js";
 export { StateBackend, createStateBackend, type FilesState, type StateBackendOptions, type StateRuntimeLike } from "./backends/state.js";
-export type { FileChange, SnapshotPoint } from "./core/snapshots.js";
+export type { FileChange, Restored, SnapshotPoint, Snapshots } from "./core/snapshots.js";
 export {
   AuditedBackend,
   AuditedSandbox,
@@ -169,11 +169,13 @@ export type {
   ListPage,
   Namespace,
   PutOptions,
+  SnapshotStore,
   Store,
   StoreQuotaOptions,
   StoredItem,
   StoredKey,
 } from "./stores/store.js";
+export { hasSnapshots } from "./stores/store.js";
 export { MemoryStore, type MemoryStoreOptions } from "./stores/memory.js";
 export { SqliteStore, type SqliteStoreOptions } from "./stores/sqlite.js";
 export { PostgresStore, type PostgresStoreOptions } from "./stores/postgres.js";

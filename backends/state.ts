@@ -7,7 +7,7 @@ import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCoun
 import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
 import { ancestorsOf, isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
 import { BackendRuntime } from "../core/protocol.js";
-import { describeFileChanges, type FileChange, type SnapshotPoint, SnapshotTree } from "../core/snapshots.js";
+import { describeFileChanges, type FileChange, type SnapshotPoint, type Snapshots, SnapshotTree } from "../core/snapshots.js";
 import { DirectoryIndex } from "../core/tree.js";
 import type {
   DeleteResult,
@@ -132,7 +132,7 @@ interface Journal {
  * so deepagents' `new StateBackend(runtime)` (its `{ state: { files }, store?,
  * config? }`) works unchanged.
  */
-export class StateBackend extends BaseBackend {
+export class StateBackend extends BaseBackend implements Snapshots {
   readonly runtime: BackendRuntime;
   private readonly options: StateBackendOptions;
   private readonly quota: Quota | undefined;

@@ -1,11 +1,12 @@
 import { BaseBackend, type UploadAnswer, failure } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
-import { errors, isStrataError, StrataError } from "../core/errors.js";
+import { errors, isStrataError, StrataError, toErrorInfo } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
 import { compileGlob, impliedDirectories, searchRoot } from "../core/glob.js";
 import { capMatches, grepText, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { ancestorsOf, isWithin, joinPath, normalizePath, sortByPath } from "../core/paths.js";
 import { BackendRuntime, type BackendFactory } from "../core/protocol.js";
+import type { FileChange, Restored, SnapshotPoint, Snapshots } from "../core/snapshots.js";
 import type {
   Changed,
   FilesUpdate,
@@ -20,7 +21,15 @@ import type {
   WriteResult,
 } from "../core/types.js";
 import { DEFAULT_PAGE, treePrefix } from "../stores/records.js";
-import { validateNamespace, type Namespace, type Store, type StoredItem, type StoredKey } from "../stores/store.js";
+import {
+  hasSnapshots,
+  validateNamespace,
+  type Namespace,
+  type SnapshotStore,
+  type Store,
+  type StoredItem,
+  type StoredKey,
+} from "../stores/store.js";
 
 /** A fixed namespace, or one computed per call from the runtime (per user, assistant or thread). */
 export type NamespaceSpec = Namespace | ((runtime: BackendRuntime) => Namespace);
@@ -48,21 +57,67 @@ const CREATE = Object.freeze({ expectedVersion: null });
  * file appeared meanwhile, an edit re-reads and retries. Listings and searches
  * are pushed down to the engine's indexes.
  */
-export class StoreBackend extends BaseBackend {
+export class StoreBackend extends BaseBackend implements Snapshots {
   readonly store: Store;
   readonly runtime: BackendRuntime;
   private readonly namespaceSpec: NamespaceSpec;
   private readonly maxFileSize: number | undefined;
   private readonly editAttempts: number;
+  private readonly options: StoreBackendOptions;
 
   constructor(options: StoreBackendOptions) {
     super();
+    this.options = options;
     this.store = options.store;
     this.runtime = options.runtime ?? new BackendRuntime();
     this.namespaceSpec = options.namespace ?? DEFAULT_NAMESPACE;
     this.maxFileSize = options.maxFileSize;
     this.editAttempts = Math.max(1, options.editAttempts ?? 10);
     if (typeof this.namespaceSpec !== "function") validateNamespace(this.namespaceSpec);
+  }
+
+  /**
+   * The files of the current namespace as they are now, under an id for
+   * `restore` and `diff`, when the store keeps snapshots (MemoryStore,
+   * SqliteStore, PostgresStore: see docs/undo.md). Rejects with a StrataError:
+   * `unsupported` when the store keeps none, `unavailable` once closed.
+   */
+  async snapshot(): Promise<string> {
+    return this.snapshotStore().snapshot(this.namespace);
+  }
+
+  /** Puts the namespace's files back as they were at snapshot `id`, in one atomic step. */
+  async restore(id: string): Promise<Result<Restored>> {
+    try {
+      return await this.snapshotStore().restore(this.namespace, id);
+    } catch (error) {
+      return { error: toErrorInfo(error) };
+    }
+  }
+
+  /** Files that differ between snapshot `from` and `to` (default: now), each text file with a unified diff. */
+  async diff(from: string, to: SnapshotPoint = "now"): Promise<Result<{ changes: FileChange[] }>> {
+    try {
+      return { changes: await this.snapshotStore().diff(this.namespace, from, to) };
+    } catch (error) {
+      return { error: toErrorInfo(error) };
+    }
+  }
+
+  /**
+   * A backend over a fork of the store (same options): independent, sharing
+   * unchanged records. Only stores that fork cheaply offer it (MemoryStore);
+   * others throw `unsupported`.
+   */
+  fork(): StoreBackend {
+    const store = this.store as Partial<SnapshotStore>;
+    if (typeof store.fork !== "function") throw new StrataError("unsupported", "This store cannot fork; MemoryStore can");
+    return new StoreBackend({ ...this.options, store: store.fork() });
+  }
+
+  private snapshotStore(): SnapshotStore {
+    if (!hasSnapshots(this.store)) throw new StrataError("unsupported", "This store keeps no snapshots; MemoryStore, SqliteStore and PostgresStore do");
+    return this.store;
   }
 
   /** The namespace of the current call. */

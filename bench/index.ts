@@ -36,6 +36,7 @@ const GROUPS: ReadonlyArray<{ name: string; load: () => Promise<BenchGroup> }> =
   { name: "filesystem", load: async () => (await import("./filesystem.js")).filesystemGroup },
   { name: "overlay", load: async () => (await import("./overlay.js")).overlayGroup },
   { name: "store", load: async () => (await import("./store.js")).storeGroup },
+  { name: "snapshots", load: async () => (await import("./snapshots.js")).snapshotsGroup },
   { name: "sandbox", load: async () => (await import("./sandbox.js")).sandboxGroup },
   { name: "runtime", load: async () => (await import("./runtime.js")).runtimeGroup },
   { name: "import", load: async () => (await import("./imports.js")).importGroup },

@@ -1,6 +1,6 @@
 import { createTwoFilesPatch } from "diff";
 import { fileDataSize, fileDataText } from "./filedata.js";
-import type { FileData } from "./types.js";
+import type { FileData, Result } from "./types.js";
 
 /**
  * Snapshots of a key → record map as a tree of change sets, the way a version
@@ -131,10 +131,11 @@ export interface FileChange {
   patch?: string;
 }
 
-/** File changes, sorted by path, each with a unified text diff; records with the same bytes and encoding are left out. */
+/** File changes, sorted by path, each with a unified text diff; records with the same bytes and encoding, and keys absent on both sides, are left out. */
 export function describeFileChanges(changes: Map<string, KeyChange<FileData>>): FileChange[] {
   const out: FileChange[] = [];
   for (const [path, { before, after }] of [...changes].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+    if (before === undefined && after === undefined) continue;
     const oldText = before === undefined ? "" : fileDataText(before);
     const newText = after === undefined ? "" : fileDataText(after);
     if (before !== undefined && after !== undefined && oldText !== null && oldText === newText) continue;
@@ -148,4 +149,27 @@ export function describeFileChanges(changes: Map<string, KeyChange<FileData>>): 
     out.push(change);
   }
   return out;
+}
+
+/** What `restore` answers: the snapshot now in place, and how many files it put back or removed. */
+export interface Restored {
+  snapshot: string;
+  changed: number;
+}
+
+/**
+ * Snapshots as a backend offers them, under one set of names: StateBackend
+ * answers at once, StoreBackend (over a store that keeps snapshots) through
+ * promises, so `await` serves both. Ids are opaque strings, valid only on
+ * the backend (or store namespace) that gave them.
+ */
+export interface Snapshots {
+  /** The files as they are now, kept under the id returned. */
+  snapshot(): string | Promise<string>;
+  /** Puts the files back as they were at snapshot `id`; later snapshots stay valid. */
+  restore(id: string): Result<Restored> | Promise<Result<Restored>>;
+  /** Files that differ between snapshot `from` and `to` (default: now), each text file with a unified diff. */
+  diff(from: string, to?: SnapshotPoint): Result<{ changes: FileChange[] }> | Promise<Result<{ changes: FileChange[] }>>;
+  /** An independent copy that shares unchanged records with this one. */
+  fork(): Snapshots;
 }

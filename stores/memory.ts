@@ -2,6 +2,7 @@ import { errors } from "../core/errors.js";
 import { fileDataSize, fileDataText } from "../core/filedata.js";
 import { checkQuota, validateQuota, type Quota } from "../core/limits.js";
 import { joinPath } from "../core/paths.js";
+import { describeFileChanges, type FileChange, type KeyChange, type Restored, type SnapshotPoint, SnapshotTree } from "../core/snapshots.js";
 import { DirectoryIndex } from "../core/tree.js";
 import type { FileData } from "../core/types.js";
 import { DEFAULT_MAX_VALUE_SIZE, DEFAULT_PAGE, MAX_PAGE, treePrefix } from "./records.js";
@@ -14,12 +15,14 @@ import {
   validateKey,
   validateValue,
   versionConflict,
+  unknownSnapshot,
   versionMatches,
   type DirectoryListing,
   type ListOptions,
   type ListPage,
   type Namespace,
   type PutOptions,
+  type SnapshotStore,
   type Store,
   type StoredItem,
   type StoredKey,
@@ -40,6 +43,24 @@ class Space {
   private unsorted: string[] = [];
   /** Total bytes of content, for the quota. */
   bytes = 0;
+  /**
+   * The snapshot journal, from the namespace's first snapshot on: told every
+   * change with the item it replaced. Absent until then, so a store that
+   * never snapshots keeps no replaced items.
+   */
+  journal: SnapshotTree<StoredItem> | undefined;
+
+  /** An independent copy sharing every item (items are never changed in place): O(keys) pointers. */
+  clone(): Space {
+    const copy = new Space();
+    for (const [key, item] of this.items) copy.items.set(key, item);
+    for (const key of this.sorted) {
+      copy.ordered.push(key);
+      copy.tree.addFile(key);
+    }
+    copy.bytes = this.bytes;
+    return copy;
+  }
 
   /** `size`: the value's size in bytes, when the caller has it already. */
   set(item: StoredItem, size = fileDataSize(item.value)): void {
@@ -50,6 +71,7 @@ class Space {
     }
     this.bytes += size - (previous ? fileDataSize(previous.value) : 0);
     this.items.set(item.key, item);
+    this.journal?.note(item.key, previous, item);
   }
 
   remove(key: string): boolean {
@@ -60,6 +82,7 @@ class Space {
     const sorted = this.sorted;
     sorted.splice(lowerBound(sorted, key), 1);
     this.tree.removeFile(key);
+    this.journal?.note(key, previous, undefined);
     return true;
   }
 
@@ -110,14 +133,16 @@ export interface MemoryStoreOptions extends StoreQuotaOptions {
  * caller mutating a record cannot change what is stored (putFileSync keeps
  * the value it is handed over, as its contract says).
  */
-export class MemoryStore implements Store {
+export class MemoryStore implements Store, SnapshotStore {
   private readonly spaces = new Map<string, Space>();
   private version = 0;
   private closed = false;
   private readonly maxValueSize: number;
   private readonly quota: Quota | undefined;
+  private readonly options: MemoryStoreOptions;
 
   constructor(options: MemoryStoreOptions = {}) {
+    this.options = options;
     this.maxValueSize = options.maxValueSize ?? DEFAULT_MAX_VALUE_SIZE;
     this.quota = validateQuota(options.quota);
   }
@@ -227,6 +252,68 @@ export class MemoryStore implements Store {
       const item = space.items.get(key);
       if (item && fileDataText(item.value)?.includes(substring)) yield copyItem(item);
     }
+  }
+
+  /**
+   * The namespace as it is now, under an id for `restore` and `diff`. O(1):
+   * a snapshot holds only the items changed since the previous one and
+   * shares them (core/snapshots.ts). Answered at once; `snapshot` is the
+   * same through a promise, as SnapshotStore has it.
+   */
+  snapshotSync(namespace: Namespace): string {
+    const space = this.space(namespace, true);
+    space.journal ??= new SnapshotTree<StoredItem>(`${Math.random().toString(36).slice(2, 8)}-`);
+    return space.journal.snapshot();
+  }
+
+  async snapshot(namespace: Namespace): Promise<string> {
+    return this.snapshotSync(namespace);
+  }
+
+  /**
+   * Puts the namespace back as it was at snapshot `id`, the very items (and
+   * their versions) it held then. Synchronous from start to end, so a
+   * concurrent operation sees it wholly before or wholly after. Costs
+   * O(changes between now and the snapshot). Quotas are not checked: the
+   * state restored was once accepted.
+   */
+  restoreSync(namespace: Namespace, id: string): Restored {
+    const space = this.space(namespace, false);
+    const journal = space?.journal;
+    if (!space || !journal || typeof id !== "string" || !journal.has(id)) throw unknownSnapshot(id);
+    const changes = journal.changes("now", id);
+    // Removals first, so a file never lands where a directory still stands.
+    for (const [key, { after }] of changes) if (after === undefined) space.remove(key);
+    for (const [, { after }] of changes) if (after !== undefined) space.set(after);
+    journal.moveTo(id);
+    return { snapshot: id, changed: changes.size };
+  }
+
+  async restore(namespace: Namespace, id: string): Promise<Restored> {
+    return this.restoreSync(namespace, id);
+  }
+
+  /** Files that differ between snapshot `from` and `to` (default: now); O(changes between them). */
+  async diff(namespace: Namespace, from: string, to: SnapshotPoint = "now"): Promise<FileChange[]> {
+    const journal = this.space(namespace, false)?.journal;
+    for (const id of [from, to]) if (!journal || typeof id !== "string" || (id !== "now" && !journal.has(id))) throw unknownSnapshot(id);
+    const files = new Map<string, KeyChange<FileData>>();
+    for (const [key, { before, after }] of journal!.changes(from, to)) files.set(key, { before: before?.value, after: after?.value });
+    return describeFileChanges(files);
+  }
+
+  /**
+   * An independent store holding the same records: every item is shared
+   * (nothing is copied but each namespace's key table, O(keys) pointers),
+   * and changes on either side never reach the other. Same options; no
+   * snapshots.
+   */
+  fork(): MemoryStore {
+    if (this.closed) throw storeClosed();
+    const copy = new MemoryStore(this.options);
+    copy.version = this.version;
+    for (const [id, space] of this.spaces) copy.spaces.set(id, space.clone());
+    return copy;
   }
 
   async close(): Promise<void> {

@@ -4,6 +4,7 @@ import { errors, StrataError } from "../core/errors.js";
 import { encodeText } from "../core/filedata.js";
 import { checkQuota, validateQuota, type Quota, type Usage } from "../core/limits.js";
 import { ancestorsOf } from "../core/paths.js";
+import { describeFileChanges, type FileChange, type KeyChange, type Restored, type SnapshotPoint } from "../core/snapshots.js";
 import type { FileData } from "../core/types.js";
 import {
   checkEngineKey,
@@ -23,6 +24,7 @@ import {
   newerLayout,
   prefixEnd,
   storeClosed,
+  unknownSnapshot,
   versionConflict,
   versionMatches,
   type DirectoryListing,
@@ -30,6 +32,7 @@ import {
   type ListPage,
   type Namespace,
   type PutOptions,
+  type SnapshotStore,
   type Store,
   type StoredItem,
   type StoredKey,
@@ -108,7 +111,7 @@ interface ItemRow {
  * `search` narrows candidates with a pg_trgm GIN index on the text. Every
  * compare-and-set is one conditional statement; `putMany` is one transaction.
  */
-export class PostgresStore implements Store {
+export class PostgresStore implements Store, SnapshotStore {
   /** The pg Pool underneath (the store's own, or the one given as `pool`): the escape hatch to the engine. */
   readonly client: Pool;
   private readonly ownsPool: boolean;
@@ -288,36 +291,41 @@ export class PostgresStore implements Store {
           const batch = keys.map((key) => [key, latest.get(key)!.size] as const);
           checkBatchQuota(this.quota, await this.usage(client, ns), batch, (key) => current.get(key));
         }
-        for (let start = 0; start < keys.length; ) {
-          let end = start;
-          for (let bytes = 0; end < keys.length && end - start < BATCH_ROWS && bytes < BATCH_BYTES; end++) {
-            bytes += latest.get(keys[end]!)!.content.length;
-          }
-          const batch = keys.slice(start, end);
-          const records = batch.map((key) => latest.get(key)!);
-          const { rows } = await client.query<{ key: string; version: string }>(
-            `${this.insertRow(
-              `SELECT $1, k, d, ${this.nextVersion}, e, c, o, s, ca, ma
-               FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::text[]) AS u(k, d, e, c, o, s, ca, ma)`,
-            )} ON CONFLICT (ns, key) DO UPDATE SET ${UPSERT} RETURNING key, version`,
-            [
-              ns,
-              batch,
-              batch.map((key) => splitKey(key).dir),
-              records.map((r) => r.encoding),
-              records.map((r) => r.content),
-              records.map((r) => r.original),
-              records.map((r) => r.size),
-              records.map((r) => r.created_at),
-              records.map((r) => r.modified_at),
-            ],
-          );
-          for (const row of rows) versions.set(row.key, Number(row.version));
-          start = end;
-        }
+        await this.upsert(client, ns, keys, latest, versions);
       });
     }
     return entries.map(([key]) => versions.get(key)!);
+  }
+
+  /** Stores `records` of `keys` (sorted) in batches, inside the caller's transaction; each key's new version goes into `versions`. */
+  private async upsert(client: PoolClient, ns: string, keys: readonly string[], records: ReadonlyMap<string, EngineRecord>, versions: Map<string, number>): Promise<void> {
+    for (let start = 0; start < keys.length; ) {
+      let end = start;
+      for (let bytes = 0; end < keys.length && end - start < BATCH_ROWS && bytes < BATCH_BYTES; end++) {
+        bytes += records.get(keys[end]!)!.content.length;
+      }
+      const batch = keys.slice(start, end);
+      const values = batch.map((key) => records.get(key)!);
+      const { rows } = await client.query<{ key: string; version: string }>(
+        `${this.insertRow(
+          `SELECT $1, k, d, ${this.nextVersion}, e, c, o, s, ca, ma
+           FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[], $9::text[]) AS u(k, d, e, c, o, s, ca, ma)`,
+        )} ON CONFLICT (ns, key) DO UPDATE SET ${UPSERT} RETURNING key, version`,
+        [
+          ns,
+          batch,
+          batch.map((key) => splitKey(key).dir),
+          values.map((r) => r.encoding),
+          values.map((r) => r.content),
+          values.map((r) => r.original),
+          values.map((r) => r.size),
+          values.map((r) => r.created_at),
+          values.map((r) => r.modified_at),
+        ],
+      );
+      for (const row of rows) versions.set(row.key, Number(row.version));
+      start = end;
+    }
   }
 
   async delete(namespace: Namespace, key: string, options: PutOptions = {}): Promise<boolean> {
@@ -419,6 +427,103 @@ export class PostgresStore implements Store {
       );
       for (const row of found.rows) yield toItem(row);
     }
+  }
+
+  /**
+   * The namespace as it is now: the last history `seq` (see `historyLayout`),
+   * recorded so the id survives a restart. Takes the table in SHARE mode for
+   * that instant: it waits for writes already running (whose history rows
+   * may carry a lower `seq` than one already committed) and holds new ones
+   * back until it commits. O(1) besides that wait.
+   */
+  async snapshot(namespace: Namespace): Promise<string> {
+    const ns = namespaceKey(namespace);
+    const names = this.names();
+    return this.transaction(async (client) => {
+      await client.query(`LOCK TABLE ${this.table} IN SHARE MODE`);
+      const { rows } = await client.query<{ seq: string }>(`SELECT coalesce(max(seq), 0) AS seq FROM ${names.history}`);
+      const seq = rows[0]!.seq;
+      await client.query(`INSERT INTO ${names.snapshots} (ns, seq) VALUES ($1, $2) ON CONFLICT DO NOTHING`, [ns, seq]);
+      return String(seq);
+    });
+  }
+
+  /**
+   * Puts the namespace back as it was at snapshot `id`, in one transaction
+   * holding the namespace's advisory lock and the table in SHARE ROW
+   * EXCLUSIVE mode: writers wait for it, and readers see the files wholly
+   * before or wholly after (each statement sees one committed state).
+   * Costs O(keys changed since the snapshot). Restored rows get new
+   * versions, and the restore is itself recorded, so later snapshots stay
+   * valid.
+   */
+  async restore(namespace: Namespace, id: string): Promise<Restored> {
+    const ns = namespaceKey(namespace);
+    return this.transaction(async (client) => {
+      await this.lockNamespace(client, ns);
+      await client.query(`LOCK TABLE ${this.table} IN SHARE ROW EXCLUSIVE MODE`);
+      const seq = await this.snapshotSeq(client, ns, id);
+      const rows = await this.firstChanges(client, ns, seq);
+      const gone = rows.filter((row) => !row.present).map((row) => row.key);
+      let changed = 0;
+      if (gone.length > 0) changed += (await client.query(`DELETE FROM ${this.table} WHERE ns = $1 AND key = ANY($2::text[])`, [ns, gone])).rowCount ?? 0;
+      const back = rows.filter((row) => row.present);
+      const { rows: current } = await client.query<{ key: string; version: string }>(
+        `SELECT key, version FROM ${this.table} WHERE ns = $1 AND key = ANY($2::text[])`,
+        [ns, back.map((row) => row.key)],
+      );
+      const versions = new Map(current.map((row) => [row.key, row.version]));
+      const records = new Map<string, EngineRecord>();
+      for (const row of back) if (versions.get(row.key) !== row.version) records.set(row.key, historyRecord(row));
+      await this.upsert(client, ns, [...records.keys()].sort(byCodePoint), records, new Map());
+      return { snapshot: id, changed: changed + records.size };
+    });
+  }
+
+  /** Files that differ between snapshot `from` and `to` (default: now), read in one consistent view. */
+  async diff(namespace: Namespace, from: string, to: SnapshotPoint = "now"): Promise<FileChange[]> {
+    const ns = namespaceKey(namespace);
+    const changes = await this.transaction(async (client) => {
+      await client.query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+      const a = from === "now" ? Infinity : await this.snapshotSeq(client, ns, from);
+      const b = to === "now" ? Infinity : await this.snapshotSeq(client, ns, to);
+      const at = async (seq: number) => {
+        const values = new Map<string, FileData | undefined>();
+        if (seq === Infinity) return values;
+        for (const row of await this.firstChanges(client, ns, seq)) values.set(row.key, row.present ? fromEngineRecord(historyRecord(row)) : undefined);
+        return values;
+      };
+      const early = await at(Math.min(a, b));
+      const late = await at(Math.max(a, b));
+      const unchanged = [...early.keys()].filter((key) => !late.has(key));
+      const { rows } = await client.query<ItemRow>(`SELECT ${ITEM_COLUMNS} FROM ${this.table} WHERE ns = $1 AND key = ANY($2::text[])`, [ns, unchanged]);
+      const now = new Map(rows.map((row) => [row.key, toItem(row).value]));
+      const out = new Map<string, KeyChange<FileData>>();
+      for (const [key, value] of early) {
+        const other = late.has(key) ? late.get(key) : now.get(key);
+        out.set(key, a <= b ? { before: value, after: other } : { before: other, after: value });
+      }
+      return out;
+    });
+    return describeFileChanges(changes);
+  }
+
+  /** The history `seq` of snapshot `id` of namespace `ns`; `invalid_argument` for an id the namespace never gave. */
+  private async snapshotSeq(client: PoolClient, ns: string, id: unknown): Promise<number> {
+    const seq = typeof id === "string" && /^(0|[1-9][0-9]{0,15})$/.test(id) ? id : undefined;
+    const { rows } = seq === undefined ? { rows: [] } : await client.query(`SELECT 1 FROM ${this.names().snapshots} WHERE ns = $1 AND seq = $2`, [ns, seq]);
+    if (rows.length === 0) throw unknownSnapshot(id);
+    return Number(seq);
+  }
+
+  /** Each key's first change after `seq`: its row as it was at `seq` (`present` false: absent then). */
+  private async firstChanges(client: PoolClient, ns: string, seq: number): Promise<HistoryRow[]> {
+    const { rows } = await client.query<HistoryRow>(
+      `SELECT DISTINCT ON (key) key, present, encoding, content, original, size, created_at, modified_at, version
+       FROM ${this.names().history} WHERE ns = $1 AND seq > $2 ORDER BY key, seq`,
+      [ns, seq],
+    );
+    return rows;
   }
 
   async close(): Promise<void> {
@@ -545,21 +650,32 @@ export class PostgresStore implements Store {
     const schema = this.options.schema ?? "public";
     const table = this.options.table ?? "strata_files";
     const name = (suffix: string) => `${pg().escapeIdentifier(schema)}.${pg().escapeIdentifier(`${table}${suffix}`)}`;
-    return { table: this.table, dir: name("_dir"), sequence: this.sequence, meta: name("_meta") };
+    return {
+      table: this.table,
+      dir: name("_dir"),
+      sequence: this.sequence,
+      meta: name("_meta"),
+      history: name("_history"),
+      historyIndex: pg().escapeIdentifier(`${table}_history_ns_seq`),
+      snapshots: name("_snapshots"),
+      historyFunction: name("_history_fn"),
+      historyTrigger: pg().escapeIdentifier(`${table}_history`),
+    };
   }
 
   /**
    * The recorded layout version: the meta table's, else 0 when the files
    * table exists without one (the layout before versions), else undefined
-   * (nothing there). `complete` says the table, its directory index and its
-   * sequence all exist.
+   * (nothing there). `complete` says the table, its directory index, its
+   * sequence and its snapshot tables all exist.
    */
   private async layoutVersion(db: Pool | PoolClient): Promise<{ version: number | undefined; complete: boolean }> {
     const names = this.names();
     const { rows } = await db.query<{ meta: boolean; files: boolean; complete: boolean }>(
       `SELECT to_regclass($1) IS NOT NULL AS meta, to_regclass($2) IS NOT NULL AS files,
-              to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL AS complete`,
-      [names.meta, names.table, names.dir, names.sequence],
+              to_regclass($2) IS NOT NULL AND to_regclass($3) IS NOT NULL AND to_regclass($4) IS NOT NULL
+                AND to_regclass($5) IS NOT NULL AND to_regclass($6) IS NOT NULL AS complete`,
+      [names.meta, names.table, names.dir, names.sequence, names.history, names.snapshots],
     );
     const found = rows[0]!;
     if (!found.meta) return { version: found.files ? 0 : undefined, complete: found.complete };
@@ -600,7 +716,67 @@ export class PostgresStore implements Store {
       await client.query("ROLLBACK TO SAVEPOINT trigram");
     }
     await client.query(metaTable(this.names()));
+    await historyLayout(client, this.names());
   }
+}
+
+/** A key's row before one change (`present` false: the key did not exist); bigint columns as pg returns them, text. */
+interface HistoryRow {
+  key: string;
+  present: boolean;
+  encoding: EngineRecord["encoding"];
+  content: string;
+  original: string | null;
+  size: string;
+  created_at: string;
+  modified_at: string;
+  version: string;
+}
+
+function historyRecord(row: HistoryRow): EngineRecord {
+  return {
+    encoding: row.encoding,
+    content: row.content,
+    original: row.original,
+    size: Number(row.size),
+    created_at: row.created_at,
+    modified_at: row.modified_at,
+  };
+}
+
+/**
+ * Snapshots as versioned rows: from a namespace's first snapshot on, every
+ * change to one of its files writes, in the same transaction (a trigger), the
+ * row as it was before into `<table>_history` under an ever-growing `seq`. A
+ * snapshot is the last `seq` at the time, recorded in `<table>_snapshots`;
+ * the value a key had at snapshot S is the before-image of its first change
+ * after S, or its current row when it has not changed since. Namespaces that
+ * never took a snapshot pay one index probe per write and keep no history.
+ */
+async function historyLayout(client: PoolClient, names: LayoutNames): Promise<void> {
+  const columns = "encoding, content, original, size, created_at, modified_at, version";
+  await client.query(`CREATE TABLE IF NOT EXISTS ${names.history} (
+    seq bigserial PRIMARY KEY,
+    ns text COLLATE "C" NOT NULL,
+    key text COLLATE "C" NOT NULL,
+    present boolean NOT NULL,
+    encoding text, content text, original text, size bigint, created_at text, modified_at text, version bigint)`);
+  await client.query(`CREATE INDEX IF NOT EXISTS ${names.historyIndex} ON ${names.history} (ns, seq)`);
+  await client.query(`CREATE TABLE IF NOT EXISTS ${names.snapshots} (ns text COLLATE "C" NOT NULL, seq bigint NOT NULL, PRIMARY KEY (ns, seq))`);
+  await client.query(`CREATE OR REPLACE FUNCTION ${names.historyFunction}() RETURNS trigger LANGUAGE plpgsql AS $fn$
+    BEGIN
+      IF TG_OP = 'INSERT' THEN
+        IF EXISTS (SELECT 1 FROM ${names.snapshots} WHERE ns = NEW.ns) THEN
+          INSERT INTO ${names.history} (ns, key, present) VALUES (NEW.ns, NEW.key, false);
+        END IF;
+      ELSIF EXISTS (SELECT 1 FROM ${names.snapshots} WHERE ns = OLD.ns) THEN
+        INSERT INTO ${names.history} (ns, key, present, ${columns})
+        VALUES (OLD.ns, OLD.key, true, OLD.encoding, OLD.content, OLD.original, OLD.size, OLD.created_at, OLD.modified_at, OLD.version);
+      END IF;
+      RETURN NULL;
+    END $fn$`);
+  await client.query(`DROP TRIGGER IF EXISTS ${names.historyTrigger} ON ${names.table}`);
+  await client.query(`CREATE TRIGGER ${names.historyTrigger} AFTER INSERT OR UPDATE OR DELETE ON ${names.table} FOR EACH ROW EXECUTE FUNCTION ${names.historyFunction}()`);
 }
 
 /** The store's relations, schema-qualified and quoted. */
@@ -609,6 +785,12 @@ interface LayoutNames {
   dir: string;
   sequence: string;
   meta: string;
+  history: string;
+  historyIndex: string;
+  snapshots: string;
+  historyFunction: string;
+  /** Unqualified: a trigger lives in its table's schema. */
+  historyTrigger: string;
 }
 
 /** The table that records the layout version (name `schema_version`). */
@@ -627,6 +809,8 @@ function metaTable(names: LayoutNames): string {
 const MIGRATIONS: ReadonlyArray<(client: PoolClient, names: LayoutNames) => Promise<unknown>> = [
   // 0 -> 1: the version is recorded, in a table of its own; the files table is unchanged.
   (client, names) => client.query(metaTable(names)),
+  // 1 -> 2: snapshots (a history of changed rows, recorded snapshots); the files table keeps its rows.
+  (client, names) => historyLayout(client, names),
 ];
 
 /** The layout this code writes and reads. */

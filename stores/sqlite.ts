@@ -4,6 +4,7 @@ import type Database from "better-sqlite3";
 import { errors, StrataError } from "../core/errors.js";
 import { checkQuota, validateQuota, type Quota, type Usage } from "../core/limits.js";
 import { ancestorsOf, baseName, parentOf } from "../core/paths.js";
+import { describeFileChanges, type FileChange, type KeyChange, type Restored, type SnapshotPoint } from "../core/snapshots.js";
 import type { FileData } from "../core/types.js";
 import {
   checkEngineKey,
@@ -23,6 +24,7 @@ import {
   newerLayout,
   prefixEnd,
   storeClosed,
+  unknownSnapshot,
   versionConflict,
   versionMatches,
   type DirectoryListing,
@@ -30,6 +32,7 @@ import {
   type ListPage,
   type Namespace,
   type PutOptions,
+  type SnapshotStore,
   type Store,
   type StoredItem,
   type StoredKey,
@@ -118,6 +121,49 @@ END;
 `;
 
 /**
+ * Snapshots as versioned rows: from a namespace's first snapshot on, every
+ * change to one of its files writes, in the same transaction (a trigger), the
+ * row as it was before into `strata_history`, under an ever-growing `seq`
+ * (AUTOINCREMENT: never reused). A snapshot is the last `seq` at the time,
+ * recorded in `strata_snapshots`; the value a key had at snapshot S is the
+ * before-image of its first change after S, or its current row when it has
+ * not changed since. Namespaces that never took a snapshot pay one index
+ * probe per write and keep no history.
+ */
+const HISTORY = `
+CREATE TABLE IF NOT EXISTS strata_history (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  ns INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  present INTEGER NOT NULL,
+  content TEXT,
+  encoding TEXT,
+  original TEXT,
+  created_at TEXT,
+  modified_at TEXT,
+  size INTEGER,
+  version INTEGER
+);
+CREATE INDEX IF NOT EXISTS strata_history_seq ON strata_history (ns, seq);
+CREATE INDEX IF NOT EXISTS strata_history_key ON strata_history (ns, key, seq);
+CREATE TABLE IF NOT EXISTS strata_snapshots (ns INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (ns, seq)) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS strata_history_insert AFTER INSERT ON strata_files
+WHEN EXISTS (SELECT 1 FROM strata_snapshots WHERE ns = new.ns) BEGIN
+  INSERT INTO strata_history (ns, key, present) VALUES (new.ns, new.key, 0);
+END;
+CREATE TRIGGER IF NOT EXISTS strata_history_update AFTER UPDATE ON strata_files
+WHEN EXISTS (SELECT 1 FROM strata_snapshots WHERE ns = old.ns) BEGIN
+  INSERT INTO strata_history (ns, key, present, content, encoding, original, created_at, modified_at, size, version)
+  VALUES (old.ns, old.key, 1, old.content, old.encoding, old.original, old.created_at, old.modified_at, old.size, old.version);
+END;
+CREATE TRIGGER IF NOT EXISTS strata_history_delete AFTER DELETE ON strata_files
+WHEN EXISTS (SELECT 1 FROM strata_snapshots WHERE ns = old.ns) BEGIN
+  INSERT INTO strata_history (ns, key, present, content, encoding, original, created_at, modified_at, size, version)
+  VALUES (old.ns, old.key, 1, old.content, old.encoding, old.original, old.created_at, old.modified_at, old.size, old.version);
+END;
+`;
+
+/**
  * The layout steps: MIGRATIONS[n] takes a database written in layout n to
  * layout n + 1, so the current layout is version MIGRATIONS.length, recorded
  * in `PRAGMA user_version`. Version 0 is the layout from before versions were
@@ -128,6 +174,8 @@ END;
 const MIGRATIONS: readonly string[] = [
   // 0 -> 1: the version moves to user_version; strata_meta's 'schema' row, written but never read, goes.
   "DELETE FROM strata_meta WHERE name = 'schema';",
+  // 1 -> 2: snapshots (history of changed rows, recorded snapshots); existing rows are untouched.
+  HISTORY,
 ];
 
 /** The layout this code writes and reads. */
@@ -172,6 +220,12 @@ const SQL = {
   searchScan: `SELECT id FROM strata_files
     WHERE ns = @ns AND key >= @lo AND key < @hi AND encoding <> 'base64' AND instr(content, @substring) > 0`,
   textIn: "SELECT id FROM strata_files WHERE ns = @ns AND key >= @lo AND key < @hi AND encoding <> 'base64'",
+  lastSeq: "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'strata_history'), 0)",
+  recordSnapshot: "INSERT OR IGNORE INTO strata_snapshots (ns, seq) VALUES (?, ?)",
+  isSnapshot: "SELECT 1 FROM strata_snapshots WHERE ns = ? AND seq = ?",
+  // SQLite takes the bare columns of a min() aggregate from the row holding the minimum: each key's first change after @seq.
+  firstChanges: `SELECT key, min(seq) AS seq, present, content, encoding, original, created_at, modified_at, size, version
+    FROM strata_history WHERE ns = @ns AND seq > @seq GROUP BY key`,
 } as const;
 
 type Statements = { [K in keyof typeof SQL]: Database.Statement };
@@ -188,7 +242,7 @@ interface ItemRow extends EngineRecord {
  * a `BEGIN IMMEDIATE` transaction, and a busy timeout makes writers wait for
  * each other rather than fail.
  */
-export class SqliteStore implements Store {
+export class SqliteStore implements Store, SnapshotStore {
   /** The better-sqlite3 Database underneath: the escape hatch to the engine. */
   readonly client: Database.Database;
   private readonly sql: Statements;
@@ -388,6 +442,105 @@ export class SqliteStore implements Store {
     }
   }
 
+  /**
+   * The namespace as it is now: the last history `seq`, recorded so the id
+   * survives a restart. O(1), one small transaction. The id is that number
+   * (as text), so a snapshot taken with nothing changed anywhere since the
+   * last one is the same id.
+   */
+  async snapshot(namespace: Namespace): Promise<string> {
+    return this.run(() => {
+      const ns = this.namespaceId(namespace, true);
+      return this.client
+        .transaction(() => {
+          const seq = this.sql.lastSeq.pluck().get() as number;
+          this.sql.recordSnapshot.run(ns, seq);
+          return String(seq);
+        })
+        .immediate();
+    });
+  }
+
+  /**
+   * Puts the namespace back as it was at snapshot `id`, in one `BEGIN
+   * IMMEDIATE` transaction: other connections' writers wait for it and see
+   * the files wholly before or wholly after. Costs O(keys changed since the
+   * snapshot). The restored rows get new versions (a compare-and-set based on
+   * a read from before the restore fails, as after any write), and the
+   * restore is itself recorded, so later snapshots stay valid.
+   */
+  async restore(namespace: Namespace, id: string): Promise<Restored> {
+    return this.run(() =>
+      this.client
+        .transaction(() => {
+          const ns = this.namespaceId(namespace, false);
+          const seq = this.snapshotSeq(ns, id);
+          const rows = this.sql.firstChanges.all({ ns, seq }) as HistoryRow[];
+          let changed = 0;
+          // Removals first, so a file never lands where a directory still stands.
+          for (const row of rows) {
+            if (row.present) continue;
+            const current = this.sql.current.get(ns, row.key) as { id: number } | undefined;
+            if (!current) continue;
+            this.sql.deleteById.run(current.id);
+            this.removeFromDirs(ns!, row.key, 1);
+            changed++;
+          }
+          const puts = rows.filter((row) => row.present && (this.sql.current.get(ns, row.key) as { version: number } | undefined)?.version !== row.version);
+          if (puts.length > 0) {
+            const first = this.reserveVersions(puts.length) - puts.length + 1;
+            const added = new Map<string, number>();
+            puts.forEach((row, i) => this.putOne(ns!, row.key, historyRecord(row), undefined, first + i, added));
+            this.addToDirs(ns!, added);
+            changed += puts.length;
+          }
+          return { snapshot: id, changed };
+        })
+        .immediate(),
+    );
+  }
+
+  /** Files that differ between snapshot `from` and `to` (default: now); reads only the keys changed since the earlier one. */
+  async diff(namespace: Namespace, from: string, to: SnapshotPoint = "now"): Promise<FileChange[]> {
+    const changes = this.run(() =>
+      this.client.transaction(() => {
+        const ns = this.namespaceId(namespace, false);
+        const a = from === "now" ? Infinity : this.snapshotSeq(ns, from);
+        const b = to === "now" ? Infinity : this.snapshotSeq(ns, to);
+        const valueAt = new Map<string, FileData | undefined>();
+        const at = (seq: number): Map<string, FileData | undefined> => {
+          const values = new Map<string, FileData | undefined>();
+          if (seq === Infinity) return values;
+          for (const row of this.sql.firstChanges.all({ ns, seq }) as HistoryRow[]) values.set(row.key, row.present ? fromEngineRecord(historyRecord(row)) : undefined);
+          return values;
+        };
+        const early = at(Math.min(a, b));
+        const late = at(Math.max(a, b));
+        for (const key of early.keys()) {
+          if (late.has(key)) valueAt.set(key, late.get(key));
+          else {
+            const row = this.sql.get.get(ns, key) as ItemRow | undefined;
+            valueAt.set(key, row && fromEngineRecord(row));
+          }
+        }
+        const out = new Map<string, KeyChange<FileData>>();
+        for (const [key, value] of early) {
+          const other = valueAt.get(key);
+          out.set(key, a <= b ? { before: value, after: other } : { before: other, after: value });
+        }
+        return out;
+      })(),
+    );
+    return describeFileChanges(changes);
+  }
+
+  /** The history `seq` of snapshot `id` of namespace `ns`; `invalid_argument` for an id the namespace never gave. */
+  private snapshotSeq(ns: number | undefined, id: unknown): number {
+    const seq = typeof id === "string" && /^(0|[1-9][0-9]{0,15})$/.test(id) ? Number(id) : undefined;
+    if (ns === undefined || seq === undefined || !this.sql.isSnapshot.get(ns, seq)) throw unknownSnapshot(id);
+    return seq;
+  }
+
   async close(): Promise<void> {
     if (this.client.open) this.client.close();
   }
@@ -500,7 +653,7 @@ function openLayout(db: Database.Database): void {
     if (version > SCHEMA_VERSION || version < 0) throw newerLayout("SQLite", version, SCHEMA_VERSION);
     if (version === SCHEMA_VERSION) return;
     const fresh = version === 0 && db.prepare("SELECT 1 FROM sqlite_master WHERE name = 'strata_files'").get() === undefined;
-    db.exec(fresh ? SCHEMA : MIGRATIONS.slice(version).join("\n"));
+    db.exec(fresh ? SCHEMA + HISTORY : MIGRATIONS.slice(version).join("\n"));
     db.pragma(`user_version = ${SCHEMA_VERSION}`);
   }).immediate();
 }
@@ -509,6 +662,25 @@ function openLayout(db: Database.Database): void {
 function treeRange(dir: string): { lo: string; hi: string } {
   const lo = treePrefix(dir);
   return { lo, hi: prefixEnd(lo)! };
+}
+
+/** A key's row before one change (`present` 0: the key did not exist). */
+interface HistoryRow extends EngineRecord {
+  key: string;
+  seq: number;
+  present: number;
+  version: number;
+}
+
+function historyRecord(row: HistoryRow): EngineRecord {
+  return {
+    content: row.content,
+    encoding: row.encoding,
+    original: row.original,
+    size: row.size,
+    created_at: row.created_at,
+    modified_at: row.modified_at,
+  };
 }
 
 function toItem(row: ItemRow): StoredItem {

@@ -1,7 +1,8 @@
-import { errors, StrataError } from "../core/errors.js";
+import { errors, printable, StrataError } from "../core/errors.js";
 import { fileDataSize, isFileData } from "../core/filedata.js";
 import { checkQuota, type Quota, type Usage } from "../core/limits.js";
 import { ancestorsOf, normalizePath } from "../core/paths.js";
+import type { FileChange, Restored, SnapshotPoint } from "../core/snapshots.js";
 import type { FileData } from "../core/types.js";
 
 /**
@@ -109,6 +110,35 @@ export interface Store {
   search?(namespace: Namespace, substring: string, prefix: string): AsyncIterable<StoredItem>;
   /** Releases connections. The store is unusable afterwards. */
   close(): Promise<void>;
+}
+
+/**
+ * Snapshots of one namespace, for the stores that keep them (MemoryStore,
+ * SqliteStore, PostgresStore; see docs/undo.md). Ids are opaque and belong to
+ * the namespace that gave them: another namespace's id, or one never given,
+ * fails with `invalid_argument`. A restore is one atomic step: a writer
+ * racing it sees the files before it or after it, never a mix.
+ */
+export interface SnapshotStore {
+  /** The namespace as it is now, kept under the id returned (ids of one namespace may repeat when nothing changed between them). */
+  snapshot(namespace: Namespace): Promise<string>;
+  /** Puts the namespace back as it was at snapshot `id`; later snapshots stay valid. */
+  restore(namespace: Namespace, id: string): Promise<Restored>;
+  /** Files that differ between snapshot `from` and `to` (default: now). */
+  diff(namespace: Namespace, from: string, to?: SnapshotPoint): Promise<FileChange[]>;
+  /** An independent store sharing unchanged records with this one; only where that is cheap (MemoryStore). */
+  fork?(): Store & SnapshotStore;
+}
+
+/** Whether a store keeps snapshots. */
+export function hasSnapshots(store: Store): store is Store & SnapshotStore {
+  const s = store as Partial<SnapshotStore>;
+  return typeof s.snapshot === "function" && typeof s.restore === "function" && typeof s.diff === "function";
+}
+
+/** The error for a snapshot id the namespace never gave (no host path, the id shown printable). */
+export function unknownSnapshot(id: unknown): StrataError {
+  return errors.invalidArgument(`No snapshot '${printable(id as string)}' in this namespace`);
 }
 
 /**

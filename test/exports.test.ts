@@ -175,6 +175,7 @@ const ROOT_OWN_VALUES = [
   "StateBackend",
   "StoreBackend",
   "createStateBackend",
+  "hasSnapshots",
   "storeBackendFactory",
   "withPermissions",
 ];
@@ -189,7 +190,10 @@ const ROOT_OWN_TYPES = [
   "AuditStats",
   "Audited",
   "FileChange",
+  "Restored",
   "SnapshotPoint",
+  "SnapshotStore",
+  "Snapshots",
   "BaseSandboxOptions",
   "BubblewrapLimits",
   "BubblewrapSandboxOptions",

@@ -45,8 +45,11 @@ describe("PostgresStore: schema and indexes", () => {
   const tables: string[] = [];
   afterAll(async () => {
     for (const table of tables) {
-      await admin.query(`DROP TABLE IF EXISTS strata_schema_test.${table}, strata_schema_test.${table}_meta`);
+      await admin.query(
+        `DROP TABLE IF EXISTS strata_schema_test.${table}, strata_schema_test.${table}_meta, strata_schema_test.${table}_history, strata_schema_test.${table}_snapshots`,
+      );
       await admin.query(`DROP SEQUENCE IF EXISTS strata_schema_test.${table}_version`);
+      await admin.query(`DROP FUNCTION IF EXISTS strata_schema_test.${table}_history_fn`);
     }
     await admin.end();
   });
@@ -63,10 +66,24 @@ describe("PostgresStore: schema and indexes", () => {
         [`${table}%`],
       );
       expect(rows.map((row) => row.relname).sort()).toEqual(
-        [table, `${table}_dir`, `${table}_meta`, `${table}_meta_pkey`, `${table}_pkey`, `${table}_trgm`, `${table}_version`].sort(),
+        [
+          table,
+          `${table}_dir`,
+          `${table}_history`,
+          `${table}_history_ns_seq`,
+          `${table}_history_pkey`,
+          `${table}_history_seq_seq`,
+          `${table}_meta`,
+          `${table}_meta_pkey`,
+          `${table}_pkey`,
+          `${table}_snapshots`,
+          `${table}_snapshots_pkey`,
+          `${table}_trgm`,
+          `${table}_version`,
+        ].sort(),
       );
       const meta = await admin.query(`SELECT name, value FROM strata_schema_test.${table}_meta`);
-      expect(meta.rows).toEqual([{ name: "schema_version", value: "1" }]);
+      expect(meta.rows).toEqual([{ name: "schema_version", value: "2" }]);
       const collations = await admin.query<{ attname: string; collname: string }>(
         `SELECT attname, collname FROM pg_attribute JOIN pg_collation c ON c.oid = attcollation
          WHERE attrelid = $1::regclass AND attname IN ('ns', 'key', 'dir') ORDER BY attname`,
@@ -306,13 +323,14 @@ describe("PostgresStore: schema version and migrations", () => {
   };
   afterAll(async () => {
     for (const table of tables) {
-      await admin.query(`DROP TABLE IF EXISTS ${schema}.${table}, ${schema}.${table}_meta`);
+      await admin.query(`DROP TABLE IF EXISTS ${schema}.${table}, ${schema}.${table}_meta, ${schema}.${table}_history, ${schema}.${table}_snapshots`);
       await admin.query(`DROP SEQUENCE IF EXISTS ${schema}.${table}_version`);
+      await admin.query(`DROP FUNCTION IF EXISTS ${schema}.${table}_history_fn`);
     }
     await admin.end();
   });
 
-  it("migrates a version-0 table to version 1, keeping every record readable and writable", async () => {
+  it("migrates a version-0 table to version 2 (through 1), keeping every record readable and writable", async () => {
     const table = newTable();
     await createV0Layout(admin, schema, table);
     const fresh = newTable();
@@ -320,7 +338,7 @@ describe("PostgresStore: schema version and migrations", () => {
     const other = open(fresh);
     try {
       for (const [ns, item] of V0_ITEMS) expect(await store.get(ns, item.key)).toEqual(item);
-      expect(await recorded(table)).toEqual([1]);
+      expect(await recorded(table)).toEqual([2]);
       // The migrated layout is exactly a new table's.
       await other.get(["x"], "/x");
       expect(await layout(table)).toEqual(await layout(fresh));
@@ -383,7 +401,7 @@ describe("PostgresStore: schema version and migrations", () => {
     } finally {
       await release();
     }
-    expect(await recorded(table)).toEqual([1]);
+    expect(await recorded(table)).toEqual([2]);
   });
 
   it("refuses a table written by a newer layout with unsupported, naming the versions, and leaves it alone", async () => {
@@ -392,18 +410,18 @@ describe("PostgresStore: schema version and migrations", () => {
     const first = open(table);
     await first.get(["me"], "/legacy.txt");
     await first.close();
-    await admin.query(`UPDATE ${schema}.${table}_meta SET value = 2 WHERE name = 'schema_version'`);
+    await admin.query(`UPDATE ${schema}.${table}_meta SET value = 3 WHERE name = 'schema_version'`);
     const store = open(table);
     try {
       for (const attempt of [store.get(["me"], "/legacy.txt"), store.put(["me"], "/x", fileDataFromText("x"))]) {
         const error = await attempt.catch((e: unknown) => e);
         expect(isStrataError(error, "unsupported")).toBe(true);
-        expect((error as Error).message).toMatch(/newer Strata.*version 2\b.*up to 1\b/);
+        expect((error as Error).message).toMatch(/newer Strata.*version 3\b.*up to 2\b/);
       }
     } finally {
       await store.close();
     }
-    expect(await recorded(table)).toEqual([2]);
+    expect(await recorded(table)).toEqual([3]);
     expect((await admin.query(`SELECT key FROM ${schema}.${table} ORDER BY ns, key`)).rowCount).toBe(6);
   });
 
@@ -415,7 +433,7 @@ describe("PostgresStore: schema version and migrations", () => {
       const versions = await Promise.all(stores.map((store, i) => store.put(["me"], `/opened/${i}`, fileDataFromText(`${i}`), { expectedVersion: null })));
       expect(new Set(versions).size).toBe(4);
       expect(versions.every((version) => version > 6)).toBe(true);
-      expect(await recorded(table)).toEqual([1]);
+      expect(await recorded(table)).toEqual([2]);
       for (const [ns, item] of V0_ITEMS) expect(await stores[3]!.get(ns, item.key)).toEqual(item);
       expect((await stores[0]!.listDirectory(["me"], "/opened")).files.map((f) => f.key).sort()).toEqual(["/opened/0", "/opened/1", "/opened/2", "/opened/3"]);
     } finally {

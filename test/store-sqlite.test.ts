@@ -483,20 +483,20 @@ describe("SqliteStore: schema version and migrations", () => {
   const layout = (path: string) => inspect(path, (raw) => raw.prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name").all());
   const meta = (path: string) => inspect(path, (raw) => raw.prepare("SELECT name, value FROM strata_meta ORDER BY name").all());
 
-  it("records version 1 in a new database", async () => {
+  it("records version 2 in a new database", async () => {
     const path = freshPath();
     const store = new SqliteStore({ path });
     await store.close();
-    expect(userVersion(path)).toBe(1);
+    expect(userVersion(path)).toBe(2);
     expect(meta(path)).toEqual([{ name: "version", value: 0 }]);
   });
 
-  it("migrates a version-0 database to version 1, keeping every record readable and writable", async () => {
+  it("migrates a version-0 database to version 2 (through 1), keeping every record readable and writable", async () => {
     const path = writeV0();
     expect(userVersion(path)).toBe(0);
     const store = new SqliteStore({ path });
     try {
-      expect(userVersion(path)).toBe(1);
+      expect(userVersion(path)).toBe(2);
       // The migrated layout is exactly a new database's, and the version counter survived.
       const fresh = freshPath();
       await new SqliteStore({ path: fresh }).close();
@@ -556,14 +556,14 @@ describe("SqliteStore: schema version and migrations", () => {
       if (holder.inTransaction) holder.exec("ROLLBACK");
       holder.close();
     }
-    expect(userVersion(path)).toBe(1);
+    expect(userVersion(path)).toBe(2);
   });
 
   it("refuses a database written by a newer layout with unsupported, naming the versions, and leaves it alone", async () => {
     const path = writeV0();
     await new SqliteStore({ path }).close();
     const raw = new Database(path);
-    raw.pragma("user_version = 2");
+    raw.pragma("user_version = 3");
     raw.close();
     let error: unknown;
     try {
@@ -574,10 +574,10 @@ describe("SqliteStore: schema version and migrations", () => {
     expect(isStrataError(error, "unsupported")).toBe(true);
     const message = (error as Error).message;
     expect(message).toMatch(/newer Strata/);
-    expect(message).toMatch(/version 2\b/);
-    expect(message).toMatch(/up to 1\b/);
+    expect(message).toMatch(/version 3\b/);
+    expect(message).toMatch(/up to 2\b/);
     expect(message).not.toContain(dir);
-    expect(userVersion(path)).toBe(2);
+    expect(userVersion(path)).toBe(3);
     expect(inspect(path, (db) => db.prepare("SELECT count(*) AS n FROM strata_files").get())).toEqual({ n: 6 });
   });
 
@@ -616,7 +616,7 @@ describe("SqliteStore: schema version and migrations", () => {
     expect(reports).toHaveLength(4);
     expect(new Set(reports.map((r) => r.version)).size).toBe(4);
     for (const report of reports) expect(report.keys).toEqual(expect.arrayContaining(["/bin/blob", "/legacy.txt", "/notes/deep/x.txt", "/notes/today.md", "/nul.txt"]));
-    expect(userVersion(path)).toBe(1);
+    expect(userVersion(path)).toBe(2);
     const store = new SqliteStore({ path });
     try {
       for (const [ns, item] of V0_ITEMS) expect(await store.get(ns, item.key)).toEqual(item);
