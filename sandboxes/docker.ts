@@ -467,6 +467,8 @@ export class DockerSandbox extends BaseSandbox {
       kill: (pgid, sweep) => this.kill([pgid, sweep ? marker : undefined, info.pipe, sweep && this.removeOnClose ? info.since : undefined]),
       abandon: () => abandon(),
     });
+    // The run may settle (an abort, close()) while the session or exec below is still being set up; the caller gets it as returned.
+    run.result.catch(() => undefined);
     // Stdin given as bytes or text (not a stream) fits a session's request; a stream, or names sh cannot export, take an exec of their own.
     const inline = stdin === undefined ? new Uint8Array(0) : typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin instanceof Uint8Array ? stdin : undefined;
     const sessionable = inline !== undefined && inline.length <= SESSION_STDIN_BYTES && Object.keys(env).every((name) => SH_NAME.test(name));

@@ -176,7 +176,7 @@ for (const [flavour, image] of Object.entries(images)) {
         expect(native.stats.sessionRequests - before.sessionRequests).toBe(5);
         const groups = new Set<string>();
         answers.forEach((answer, i) => {
-          if ("error" in answer) throw new Error(answer.error.message);
+          if ("error" in answer) throw new Error(answer.error?.message);
           const [line, group] = answer.output.trim().split("\n");
           expect(line).toBe(`n${i} ${native.workspace}`);
           groups.add(group!.trim());
@@ -231,7 +231,7 @@ for (const [flavour, image] of Object.entries(images)) {
         );
         expect(Date.now() - started).toBeLessThan(8000);
         answers.forEach((answer, i) => {
-          if ("error" in answer) throw new Error(answer.error.message);
+          if ("error" in answer) throw new Error(answer.error?.message);
           expect(answer).toEqual({ output: String.fromCharCode(97 + i).repeat(1000 + i), exitCode: i, truncated: false });
         });
       });
