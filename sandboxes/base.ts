@@ -5,8 +5,9 @@
  * implements `execute`, `uploadFiles` and `downloadFiles`.
  *
  * Rules every derived operation keeps:
- * - one `execute` round trip per operation; `edit` is the exception, with two
- *   (read, then compare-and-swap write; see `edit`);
+ * - one `execute` round trip per operation; `edit` takes two (read, then
+ *   compare-and-swap write; see `edit`) unless the sandbox holds the file's
+ *   bytes from its last read or write;
  * - virtual paths map to `workspace + path` after `normalizePath`, so nothing
  *   escapes through `..`; paths are single-quoted with `shellQuote`;
  * - file content and grep patterns never travel in argv: content goes through
@@ -832,7 +833,8 @@ ${WRITE_FROM_STDIN(tempName(), mode)}`,
    * different parts all land; only an edit that keeps losing answers
    * `conflict`. Two round trips when nobody races: one trip would need the
    * replacement done by the shell, which cannot match applyEdit's CRLF and
-   * UTF-8 rules with POSIX tools alone.
+   * UTF-8 rules with POSIX tools alone. One when the sandbox still holds
+   * the bytes it last read or wrote there (`editKnown`).
    */
   protected async doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
     let path = filePath;

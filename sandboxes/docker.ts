@@ -1,9 +1,12 @@
 /**
  * DockerSandbox: a long-lived container (no network by default, memory,
  * CPU and process limits) with the workspace in a directory inside it.
- * Commands run through the exec API under the shared wrapper
- * (remote-command.ts); files move through execs too, as raw bytes on the
- * exec's stdin and stdout, many files per exec.
+ * Commands run under the shared wrapper (remote-command.ts), as requests
+ * on exec sessions kept open (docker-session.ts: an exec costs four daemon
+ * requests, a request on a running shell a fork); a command with stdin
+ * given as a stream takes an exec of its own. Files move through execs
+ * too, as raw bytes on the exec's stdin and stdout, many files per exec
+ * (downloads on a session).
  *
  * The container is the isolation boundary. Commands, uploads and downloads
  * run as an unprivileged user (default 65534:65534, `user` to change it),
@@ -718,7 +721,8 @@ export class DockerSandbox extends BaseSandbox {
    * be reached). The user cannot read, chmod or hard-link them (Linux's
    * protected_hardlinks), and a symlink it plants leads to a locked file.
    * Runs before every command, so a secret that appeared since the last one
-   * is locked before the next starts. Needs a non-root `user`: root reads
+   * is locked before the next starts: a request on the root session (two
+   * when something new must be locked), not an exec. Needs a non-root `user`: root reads
    * everything (docs/permissions.md).
    */
   private async lockDenied(policy: PermissionPolicy): Promise<void> {

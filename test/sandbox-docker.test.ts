@@ -238,6 +238,30 @@ for (const [flavour, image] of Object.entries(images)) {
     });
 
     describe("files", () => {
+      it("edits in one round trip a file it read or wrote, and never applies an edit to a stale copy", async () => {
+        const native = await shared.fresh({ permissions: false });
+        const path = `${native.workspace}/notes.txt`;
+        expect((await native.write(path, "alpha\nbeta\n")).error).toBeUndefined();
+        const trips = () => native.stats.execs + native.stats.sessionRequests;
+        let before = trips();
+        expect(await native.edit(path, "alpha", "ALPHA")).toMatchObject({ occurrences: 1 });
+        expect(trips() - before).toBe(1);
+        // Another writer changes the file behind this sandbox's back: the swap refuses the stale copy, the edit fetches.
+        const other = await DockerSandbox.attach(native.id, { docker: socket, workspace: native.workspace, permissions: false });
+        expect((await other.write(path, "ALPHA\nbeta\ngamma\n", { overwrite: true })).error).toBeUndefined();
+        before = trips();
+        expect(await native.edit(path, "beta", "BETA")).toMatchObject({ occurrences: 1 });
+        expect(trips() - before).toBe(3);
+        expect((await other.readRaw(path)).data?.content).toBe("ALPHA\nBETA\ngamma\n");
+        // A stale copy where the text is gone does not answer for the file: the file as it is does.
+        expect((await other.write(path, "delta\n", { overwrite: true })).error).toBeUndefined();
+        await native.read(path);
+        expect((await other.write(path, "delta epsilon\n", { overwrite: true })).error).toBeUndefined();
+        expect(await native.edit(path, "epsilon", "E")).toMatchObject({ occurrences: 1 });
+        expect((await other.readRaw(path)).data?.content).toBe("delta E\n");
+        await other.close();
+      });
+
       it("uploads 1000 files in one exec and downloads them in one more, never through the archive API", async () => {
         const native = await shared.fresh({ quota: false });
         const sandbox = toSeedProtocol(native);
