@@ -1,4 +1,5 @@
-import { createTwoFilesPatch } from "diff";
+// The one module needed, not the package index (which loads every diff flavour: a fifth of the root import's modules).
+import { createTwoFilesPatch } from "diff/lib/patch/create.js";
 import { fileDataSize, fileDataText } from "./filedata.js";
 import type { FileData, Result } from "./types.js";
 

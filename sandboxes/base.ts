@@ -5,8 +5,9 @@
  * implements `execute`, `uploadFiles` and `downloadFiles`.
  *
  * Rules every derived operation keeps:
- * - one `execute` round trip per operation; `edit` is the exception, with two
- *   (read, then compare-and-swap write; see `edit`);
+ * - one `execute` round trip per operation; `edit` takes two (read, then
+ *   compare-and-swap write; see `edit`) unless the sandbox holds the file's
+ *   bytes from its last read or write;
  * - virtual paths map to `workspace + path` after `normalizePath`, so nothing
  *   escapes through `..`; paths are single-quoted with `shellQuote`;
  * - file content and grep patterns never travel in argv: content goes through
@@ -81,6 +82,10 @@ export { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage, type ExecuteStream 
 const FILE_OP_OUTPUT_BYTES = Math.ceil((MAX_TRANSFER_BYTES * 4) / 3) + 16 * 1024 * 1024;
 /** Largest window of a big file `read` returns, in bytes. */
 const MAX_WINDOW_BYTES = 16 * 1024 * 1024;
+/** Largest file whose bytes a sandbox keeps after reading or writing it, for the one-round-trip edit. */
+const KNOWN_FILE_BYTES = 1024 * 1024;
+/** Bytes of such copies a sandbox keeps in all. */
+const KNOWN_TOTAL_BYTES = 4 * 1024 * 1024;
 /** Attempts of an edit whose compare-and-swap keeps losing to other writers before it answers `conflict`. */
 const EDIT_ATTEMPTS = 32;
 /**
@@ -256,6 +261,13 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
   private rulePolicy: PermissionPolicy | undefined;
   /** Workspace usage as last measured plus the deltas of our own writes; undefined once a command may have changed it. */
   private usage: Usage | undefined;
+  /**
+   * Files this sandbox last read whole or wrote, with their md5: an edit
+   * applies to that copy and sends the compare-and-swap at once (one round
+   * trip). The swap compares with the file as it is, so a stale copy costs
+   * only the usual fetch afterwards, never a lost write.
+   */
+  private readonly known = new KnownContent();
 
   constructor(options: BaseSandboxOptions & ResourceLimitOptions = {}) {
     super();
@@ -387,7 +399,10 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     const checked = checkExecute(command, options);
     if (this.isClosed) throw this.closedSandboxError();
     const own = typeof options === "object" && options !== null && this.ownScripts.has(options);
-    if (!own) this.usage = undefined;
+    if (!own) {
+      this.usage = undefined;
+      this.known.clear();
+    }
     const controller = new AbortController();
     const signal = checked.signal ? AbortSignal.any([checked.signal, controller.signal]) : controller.signal;
     this.commandSignals.add(signal);
@@ -435,6 +450,7 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
           return true;
         });
       }
+      for (const { item } of accepted) this.known.forgetPath(item[0]);
       if (accepted.length > 0) {
         const answers = await inner.call(this, accepted.map(({ item }) => item));
         accepted.forEach(({ index }, i) => (responses[index]!.error = answers[i] ? answers[i].error : "io_error"));
@@ -716,6 +732,7 @@ sed -n '${int(offset + 1)},${int(last)}p;${int(last)}q' < "$P" | head -c ${MAX_W
       const size = Number(fields[0]);
       const bytes = fromBase64(payload);
       if (status === "whole") {
+        this.known.remember(path, bytes);
         const text = decodeText(bytes);
         if (text === null) throw errors.binary(path, size);
         return textWindow(text, path, offset, limit);
@@ -765,6 +782,7 @@ base64 < "$P"`,
     const bytes = fromBase64(payload);
     const checksum = fields[2] ?? "";
     if (createHash("md5").update(bytes).digest("hex") !== checksum) throw errors.conflict(path, "it changed while it was read");
+    this.known.remember(path, bytes, checksum);
     const data = fileDataFromBytes(bytes, timestamp);
     if (timestamp) data.modified_at = timestamp;
     return { data, checksum };
@@ -799,6 +817,7 @@ ${WRITE_FROM_STDIN(tempName(), mode)}`,
       { stdin },
     );
     this.recordWrite(fields, quota.measured);
+    this.known.remember(path, stdin);
   }
 
   /** The lock directory of a virtual path (LOCK_FN, lockName), in the workspace's top directory; a sandbox's upload takes it too. */
@@ -814,13 +833,16 @@ ${WRITE_FROM_STDIN(tempName(), mode)}`,
    * different parts all land; only an edit that keeps losing answers
    * `conflict`. Two round trips when nobody races: one trip would need the
    * replacement done by the shell, which cannot match applyEdit's CRLF and
-   * UTF-8 rules with POSIX tools alone.
+   * UTF-8 rules with POSIX tools alone. One when the sandbox still holds
+   * the bytes it last read or wrote there (`editKnown`).
    */
   protected async doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
     let path = filePath;
     try {
       this.assertOpen();
       path = normalizePath(filePath);
+      const quick = await this.editKnown(path, oldString, newString, replaceAll);
+      if (quick) return quick;
       for (let attempt = 1; ; attempt++) {
         try {
           const { data, checksum } = await this.fetchFile(path);
@@ -840,12 +862,40 @@ ${WRITE_FROM_STDIN(tempName(), mode)}`,
     }
   }
 
+  /**
+   * The one-round-trip edit: applied to the copy this sandbox last read or
+   * wrote, swapped in only if the file still has that copy's md5. Undefined
+   * (the caller fetches) when there is no copy, the edit does not apply to
+   * it, or the swap finds the file changed or gone: only the file as it is
+   * now may answer those.
+   */
+  private async editKnown(path: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult | undefined> {
+    const copy = this.known.take(path);
+    if (!copy) return undefined;
+    const text = fileDataText(fileDataFromBytes(copy.bytes));
+    if (text === null) return undefined;
+    let edited: { text: string; occurrences: number };
+    try {
+      edited = applyEdit(text, oldString, newString, replaceAll, path);
+    } catch {
+      return undefined;
+    }
+    try {
+      await this.putText(path, edited.text, "swap", copy.checksum);
+    } catch (error) {
+      if (isStrataError(error, "conflict") || isStrataError(error, "file_not_found")) return undefined;
+      throw error;
+    }
+    return { path, occurrences: edited.occurrences, filesUpdate: null };
+  }
+
   protected async doDelete(filePath: string): Promise<DeleteResult> {
     let path = filePath;
     try {
       this.assertOpen();
       path = normalizePath(filePath);
       if (path === "/") throw new StrataError("permission_denied", "Refusing to delete '/'");
+      this.known.forgetTree(path);
       // One winner among concurrent deletes: the target is first renamed to a fresh hidden name beside it (rename(2):
       // only one racer finds the source; the others answer missing), then removed there, out of every listing's sight.
       // Under the path's lock, so an edit's compare-and-swap cannot put back a file deleted after its compare.
@@ -893,6 +943,8 @@ fi`,
     const source = normalizePath(from);
     const target = normalizePath(to);
     const [first, second] = source < target ? [source, target] : [target, source];
+    this.known.forgetTree(source);
+    this.known.forgetTree(target);
     const quota = this.quotaVariables();
     const T = this.sandboxPath(target);
     const { status } = await this.runScript(
@@ -1069,5 +1121,60 @@ find -H ${shellQuote(this.sandboxPath(matcher.root))} \\( -name '.strata-tmp-*' 
       }
     }
     return sortByPath(found);
+  }
+}
+
+/**
+ * A small bounded cache of file bytes by virtual path, with their md5, for
+ * BaseSandbox's one-round-trip edit. Oldest entries go first once the total
+ * passes KNOWN_TOTAL_BYTES; bigger files are not kept.
+ */
+class KnownContent {
+  private readonly entries = new Map<string, { bytes: Uint8Array; checksum: string }>();
+  private total = 0;
+
+  remember(path: string, bytes: Uint8Array, checksum?: string): void {
+    this.forget(path);
+    if (bytes.length > KNOWN_FILE_BYTES) return;
+    this.entries.set(path, { bytes, checksum: checksum ?? createHash("md5").update(bytes).digest("hex") });
+    this.total += bytes.length;
+    for (const [oldest, entry] of this.entries) {
+      if (this.total <= KNOWN_TOTAL_BYTES) break;
+      this.entries.delete(oldest);
+      this.total -= entry.bytes.length;
+    }
+  }
+
+  /** The copy of `path`, removed from the cache (an edit puts back what it writes). */
+  take(path: string): { bytes: Uint8Array; checksum: string } | undefined {
+    const entry = this.entries.get(path);
+    this.forget(path);
+    return entry;
+  }
+
+  forget(path: string): void {
+    const entry = this.entries.get(path);
+    if (!entry) return;
+    this.entries.delete(path);
+    this.total -= entry.bytes.length;
+  }
+
+  /** Forgets a path given by a caller (not yet normalised; one that is not a path is ignored). */
+  forgetPath(path: unknown): void {
+    try {
+      if (typeof path === "string") this.forget(normalizePath(path));
+    } catch {
+      // Not a path: nothing was cached under it.
+    }
+  }
+
+  /** Forgets `path` and everything under it (a delete or move of a directory). */
+  forgetTree(path: string): void {
+    for (const key of [...this.entries.keys()]) if (isWithin(path, key)) this.forget(key);
+  }
+
+  clear(): void {
+    this.entries.clear();
+    this.total = 0;
   }
 }

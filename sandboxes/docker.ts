@@ -1,9 +1,12 @@
 /**
  * DockerSandbox: a long-lived container (no network by default, memory,
  * CPU and process limits) with the workspace in a directory inside it.
- * Commands run through the exec API under the shared wrapper
- * (remote-command.ts); files move through execs too, as raw bytes on the
- * exec's stdin and stdout, many files per exec.
+ * Commands run under the shared wrapper (remote-command.ts), as requests
+ * on exec sessions kept open (docker-session.ts: an exec costs four daemon
+ * requests, a request on a running shell a fork); a command with stdin
+ * given as a stream takes an exec of its own. Files move through execs
+ * too, as raw bytes on the exec's stdin and stdout, many files per exec
+ * (downloads on a session).
  *
  * The container is the isolation boundary. Commands, uploads and downloads
  * run as an unprivileged user (default 65534:65534, `user` to change it),
@@ -57,6 +60,7 @@ import { feedStdin } from "./process.js";
 import { LOCK_FN, lockName } from "./shell.js";
 import { optionalPackage } from "../stores/optional-package.js";
 import { denialFindScript } from "./masks.js";
+import { ExecSession, SESSION_STDIN_BYTES, SessionPool, doneLine, endMarker, lineQuote } from "./docker-session.js";
 
 /** The dockerode package, loaded when a DockerSandbox first makes a client (an optional peer dependency). */
 const dockerode = optionalPackage<typeof Docker>("dockerode", "DockerSandbox");
@@ -311,6 +315,9 @@ interface RunInfo {
   since?: string;
 }
 
+/** A variable name sh can `export` as it is (anything else takes an exec of its own, whose Env takes any name). */
+const SH_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
 export class DockerSandbox extends BaseSandbox {
   /** How far commands are contained: a container of their own. */
   readonly isolation: IsolationLevel = "container";
@@ -319,10 +326,16 @@ export class DockerSandbox extends BaseSandbox {
   readonly workspace: string;
   /** The "uid:gid" commands and transfers run as. */
   readonly user: string;
-  /** Requests made to the daemon, by kind: what a test counts to check that a batch is one transfer. The archive API is no longer used. */
-  readonly stats = { execs: 0, putArchives: 0, getArchives: 0 };
+  /**
+   * Round trips, by kind: execs made (a session is one), requests run by a
+   * session that was already running, archive transfers. What a test counts
+   * to check that a batch is one transfer.
+   */
+  readonly stats = { execs: 0, sessionRequests: 0, putArchives: 0, getArchives: 0 };
   /** Kills in flight, so close() can wait until what ran is stopped. */
   private readonly kills = new Set<Promise<void>>();
+  /** Reused exec sessions (docker-session.ts), per user. */
+  private readonly pools = new Map<string, SessionPool>();
 
   private constructor(
     /** The Dockerode client: the escape hatch to anything this class does not cover. */
@@ -439,8 +452,33 @@ export class DockerSandbox extends BaseSandbox {
     const hidden = this.hiddenFromCommand(options);
     if (hidden) await this.lockDenied(hidden);
 
-    // The caller's environment goes into the exec's configuration only: it reaches the command inside the container, no host process.
+    // The caller's environment reaches the command inside the container only (a session's request, or an exec's configuration), no host process.
     const env = { ...this.passedEnv, ...this.options.env, ...options.env, [MARKER_VARIABLE]: marker };
+    const info: RunInfo = {};
+    let abandon = () => undefined as void;
+    const run = new RemoteRun({
+      cwd,
+      timeout,
+      maxOutputBytes,
+      // A caller streaming the raw output (spawn) keeps its own bound on what waits unread.
+      killAfterBytes: options.onData ? Number.MAX_SAFE_INTEGER : Math.max(maxOutputBytes, sandboxMax * 64),
+      onOutput: options.onOutput,
+      onData: options.onData,
+      // close() aborts this signal too: the command is killed and the call rejects with sandbox_closed.
+      signal: this.commandSignal(options.signal),
+      // A sweep (timeout, abort, close, endless output) kills everything of the run; after a normal exit only what holds its output open.
+      kill: (pgid, sweep) => this.kill([pgid, sweep ? marker : undefined, info.pipe, sweep && this.removeOnClose ? info.since : undefined]),
+      abandon: () => abandon(),
+    });
+    // The run may settle (an abort, close()) while the session or exec below is still being set up; the caller gets it as returned.
+    run.result.catch(() => undefined);
+    // Stdin given as bytes or text (not a stream) fits a session's request; a stream, or names sh cannot export, take an exec of their own.
+    const inline = stdin === undefined ? new Uint8Array(0) : typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin instanceof Uint8Array ? stdin : undefined;
+    const sessionable = inline !== undefined && inline.length <= SESSION_STDIN_BYTES && Object.keys(env).every((name) => SH_NAME.test(name));
+    if (sessionable) {
+      const started = await this.executeInSession(command, cwd, env, inline, run, info, (fn) => (abandon = fn));
+      if (started) return run.result;
+    }
     let exec: Docker.Exec;
     let stream: Duplex;
     try {
@@ -456,24 +494,10 @@ export class DockerSandbox extends BaseSandbox {
       });
       stream = await exec.start({ hijack: true, stdin: stdin !== undefined });
     } catch (error) {
-      throw this.containerError(error);
+      run.fail(this.containerError(error));
+      return run.result;
     }
-
-    const info: RunInfo = {};
-    const run = new RemoteRun({
-      cwd,
-      timeout,
-      maxOutputBytes,
-      // A caller streaming the raw output (spawn) keeps its own bound on what waits unread.
-      killAfterBytes: options.onData ? Number.MAX_SAFE_INTEGER : Math.max(maxOutputBytes, sandboxMax * 64),
-      onOutput: options.onOutput,
-      onData: options.onData,
-      // close() aborts this signal too: the command is killed and the call rejects with sandbox_closed.
-      signal: this.commandSignal(options.signal),
-      // A sweep (timeout, abort, close, endless output) kills everything of the run; after a normal exit only what holds its output open.
-      kill: (pgid, sweep) => this.kill([pgid, sweep ? marker : undefined, info.pipe, sweep && this.removeOnClose ? info.since : undefined]),
-      abandon: () => stream.destroy(),
-    });
+    abandon = () => stream.destroy();
     let prelude = "";
     let preludeDone = false;
     this.client.modem.demuxStream(
@@ -485,10 +509,7 @@ export class DockerSandbox extends BaseSandbox {
         const end = prelude.indexOf("\n");
         if (end === -1) return;
         preludeDone = true;
-        const [word, pipe, since] = prelude.slice(0, end).split(" ");
-        const ours = word === "strata-run";
-        if (ours && /^\d+$/.test(pipe ?? "")) info.pipe = pipe;
-        if (ours && /^\d+$/.test(since ?? "")) info.since = since;
+        const ours = readPrelude(prelude.slice(0, end), info);
         const rest = Buffer.from(ours ? prelude.slice(end + 1) : prelude, "latin1");
         if (rest.length > 0) run.stderr(rest);
       }),
@@ -505,6 +526,91 @@ export class DockerSandbox extends BaseSandbox {
       feedStdin(stdin, stream);
     }
     return run.result;
+  }
+
+  /**
+   * Runs a command through a reused session (docker-session.ts): the same
+   * prelude and WRAPPER as an exec of its own, started under setsid so it
+   * leads a process group, its stdin (if any) read by dd from the session.
+   * False when no session can run here (the caller takes an exec); a
+   * session that ends before the command started is replaced once. Returns
+   * once the request is sent: `run` settles as it ends.
+   */
+  private async executeInSession(
+    command: string,
+    cwd: string,
+    env: Record<string, string>,
+    stdin: Uint8Array,
+    run: RemoteRun,
+    info: RunInfo,
+    setAbandon: (abandon: () => void) => void,
+  ): Promise<boolean> {
+    const pool = this.pool(this.user);
+    const exports = Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ");
+    const input = stdin.length > 0 ? `dd bs=${stdin.length} count=1 iflag=fullblock 2>/dev/null | ` : "";
+    // The shells around the command write nothing on stderr (a job-kill notice would pass for output): the wrapper's reports and
+    // the status go to the session's stderr through fd 3, which the supervisor opened on it.
+    const body = (token: string) =>
+      `{ { ${input}{ ( export ${exports}; exec setsid /bin/sh -c "$WRAP" strata ${lineQuote(this.sandboxPath(cwd))} ${lineQuote(command)} 2>&3 )${input ? "" : " </dev/null"}; ` +
+      `s=$?; ${input ? "cat >/dev/null; " : ""}echo "strata-status $s" >&3; } | cat; } 2>/dev/null; ${endMarker(token)}; ${doneLine(token)}; }`;
+    const start = async (attempt: number): Promise<boolean> => {
+      let session: ExecSession | undefined;
+      try {
+        session = await pool.acquire();
+      } catch (error) {
+        if (attempt === 0) return false;
+        run.fail(this.containerError(error));
+        return true;
+      }
+      if (!session) {
+        if (attempt > 0) run.end(async () => null);
+        return attempt > 0;
+      }
+      const current = session;
+      setAbandon(() => current.destroy());
+      this.stats.sessionRequests++;
+      let prelude = true;
+      current.send(
+        body,
+        {
+          stdout: (chunk) => run.stdout(chunk),
+          stderrLine: (line) => {
+            if (prelude) {
+              prelude = false;
+              if (readPrelude(line, info)) return;
+            }
+            run.stderr(Buffer.from(`${line}\n`));
+          },
+          end: ({ status, received }) => {
+            // Stdin not known to be read whole (the drain did not finish): the session's input may be out of step.
+            if (stdin.length > 0 && status === undefined) current.retire();
+            pool.release(current);
+            // The session ended before the command started (a command killed it while idle): once more on a new one.
+            if (!received && attempt === 0) {
+              void start(1);
+              return;
+            }
+            run.end(async () => status ?? null);
+          },
+        },
+        stdin,
+      );
+      return true;
+    };
+    return start(0);
+  }
+
+  /** The session pool of one user. */
+  private pool(user: string): SessionPool {
+    let pool = this.pools.get(user);
+    if (!pool) {
+      pool = new SessionPool(async () => {
+        this.stats.execs++;
+        return ExecSession.open(this.client, this.container, user, PRELUDE + WRAPPER);
+      });
+      this.pools.set(user, pool);
+    }
+    return pool;
   }
 
   /**
@@ -587,6 +693,7 @@ export class DockerSandbox extends BaseSandbox {
   override async close(): Promise<void> {
     if (this.closed) return;
     await super.close();
+    for (const pool of this.pools.values()) pool.destroyAll();
     if (this.removeOnClose) {
       await this.container.remove({ force: true, v: true }).catch(() => undefined);
       return;
@@ -614,7 +721,8 @@ export class DockerSandbox extends BaseSandbox {
    * be reached). The user cannot read, chmod or hard-link them (Linux's
    * protected_hardlinks), and a symlink it plants leads to a locked file.
    * Runs before every command, so a secret that appeared since the last one
-   * is locked before the next starts. Needs a non-root `user`: root reads
+   * is locked before the next starts: a request on the root session (two
+   * when something new must be locked), not an exec. Needs a non-root `user`: root reads
    * everything (docs/permissions.md).
    */
   private async lockDenied(policy: PermissionPolicy): Promise<void> {
@@ -650,9 +758,49 @@ export class DockerSandbox extends BaseSandbox {
   /**
    * Runs argv in the container, feeding `stdin` (then end-of-file) and
    * handing stdout to `stdout` (default: collected as text); for the
-   * sandbox's own commands.
+   * sandbox's own commands. Without stdin it goes through a session of the
+   * user (its stderr dropped, as here); with stdin, an exec of its own.
    */
   private async run(
+    argv: string[],
+    options: { user: string; stdin?: readonly Uint8Array[]; stdout?: Writable },
+  ): Promise<{ output: string; exitCode: number | null }> {
+    if (options.stdin === undefined) {
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const pool = this.pool(options.user);
+        const session = await pool.acquire().catch(() => undefined);
+        if (!session) break;
+        const answer = await this.runInSession(pool, session, argv, options.stdout);
+        if (answer) return answer;
+      }
+    }
+    return this.runExec(argv, options);
+  }
+
+  /** One request of `run` on a session; undefined when the session ended before the script started. */
+  private runInSession(pool: SessionPool, session: ExecSession, argv: string[], stdout: Writable | undefined): Promise<{ output: string; exitCode: number | null } | undefined> {
+    this.stats.sessionRequests++;
+    const chunks: Buffer[] = [];
+    return new Promise((resolve, reject) => {
+      session.send(
+        (token) => `{ ${argv.map(lineQuote).join(" ")} </dev/null 2>/dev/null; echo "strata-status $?" >&3; ${endMarker(token)}; ${doneLine(token)}; }`,
+        {
+          stdout: (chunk) => (stdout ? stdout.write(chunk) : chunks.push(Buffer.from(chunk))),
+          stderrLine: () => undefined,
+          end: ({ status, received, sessionEnded }) => {
+            pool.release(session);
+            if (!received) return resolve(undefined);
+            if (sessionEnded && status === undefined) return reject(new Error("the session ended during the script"));
+            stdout?.end();
+            resolve({ output: Buffer.concat(chunks).toString("utf8"), exitCode: status ?? null });
+          },
+        },
+      );
+    });
+  }
+
+  /** Runs argv through an exec of its own (see `run`). */
+  private async runExec(
     argv: string[],
     options: { user: string; stdin?: readonly Uint8Array[]; stdout?: Writable },
   ): Promise<{ output: string; exitCode: number | null }> {
@@ -690,7 +838,7 @@ export class DockerSandbox extends BaseSandbox {
       for (let tries = 0; tries < 5; tries++) {
         try {
           // As the command user: root in a container lacks CAP_SYS_PTRACE, so it cannot see another user's open files.
-          const { exitCode } = await this.run(argv, { user: this.user });
+          const { exitCode } = await this.runExec(argv, { user: this.user });
           if (exitCode === 0) return;
         } catch {
           // The exec could not start; try again.
@@ -897,6 +1045,15 @@ function networkModeOf(options: DockerSandboxOptions): string {
   }
   if (dockerNetwork !== undefined) return dockerNetwork;
   return network === true ? "bridge" : "none";
+}
+
+/** Reads the prelude's "strata-run <pipe> <start>" line into `info`; false when the line is not the prelude's. */
+function readPrelude(line: string, info: RunInfo): boolean {
+  const [word, pipe, since] = line.split(" ");
+  if (word !== "strata-run") return false;
+  if (/^\d+$/.test(pipe ?? "")) info.pipe = pipe;
+  if (/^\d+$/.test(since ?? "")) info.since = since;
+  return true;
 }
 
 /** A Writable that hands each chunk to `write`. */

@@ -137,19 +137,20 @@ export const SIZE_FN = `size_is() { [ "$(($(wc -c < "$1")))" -eq "$2" ]; }`;
  * userland, unlike flock, which BusyBox may lack). A holder killed before it
  * released leaves the directory; one older than 30 s is broken. Waits up to
  * a minute, then fails (the caller answers busy). A waiter forks little
- * (the clock and the lock's age are read every 16th try): many writers
- * waiting at once must not exhaust the sandbox's process limit. A lock
- * released between a failed mkdir and the look at it is just tried again;
+ * (the clock and the lock's age are read every 16th try; the wait's start
+ * at the first of those, so an uncontended lock forks only its mkdir): many
+ * writers waiting at once must not exhaust the sandbox's process limit. A
+ * lock released between a failed mkdir and the look at it is just tried again;
  * only mkdir failing 5 times in a row with no lock there (no workspace, no
  * permission) gives up.
  */
 export const LOCK_FN = `lock() {
-  s=$(date +%s); i=0; k=0
+  s=; i=0; k=0
   until mkdir -- "$L"; do
     if [ ! -d "$L" ]; then i=$((i + 1)); [ "$i" -lt 5 ] && continue; return 1; fi
     i=0; k=$((k + 1))
     if [ $((k % 16)) -eq 0 ]; then
-      n=$(date +%s)
+      n=$(date +%s); s=\${s:-$n}
       m=$(stat -c %Y -- "$L") && [ $((n - m)) -gt 30 ] && rmdir -- "$L" && continue
       [ $((n - s)) -lt 60 ] || return 1
     fi

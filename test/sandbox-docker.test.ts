@@ -162,7 +162,106 @@ for (const [flavour, image] of Object.entries(images)) {
       });
     });
 
+    describe("execute through a reused session", () => {
+      /** PIDs of the user's session supervisors (their argv names them), seen from a command. */
+      const SUPERVISORS = `for p in /proc/[0-9]*; do case "$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)" in "/bin/sh -c NL="*" strata-session "*) echo \${p#/proc/};; esac; done`;
+
+      it("runs back-to-back commands in one exec, and each still gets its own process group, cwd and environment", async () => {
+        const native = await shared.fresh({ permissions: false });
+        await native.execute("true");
+        const before = { ...native.stats };
+        const answers = [];
+        for (let i = 0; i < 5; i++) answers.push(await native.execute('echo "$X $(pwd)"; read -r _ _ _ _ g _ </proc/$$/stat; echo $g', { env: { X: `n${i}` }, cwd: i % 2 ? native.workspace : undefined }));
+        expect(native.stats.execs).toBe(before.execs);
+        expect(native.stats.sessionRequests - before.sessionRequests).toBe(5);
+        const groups = new Set<string>();
+        answers.forEach((answer, i) => {
+          if ("error" in answer) throw new Error(answer.error?.message);
+          const [line, group] = answer.output.trim().split("\n");
+          expect(line).toBe(`n${i} ${native.workspace}`);
+          groups.add(group!.trim());
+        });
+        expect(groups.size).toBe(5);
+      });
+
+      it("answers a command that kills its session's shell, and the next command runs on a new one", async () => {
+        const native = await shared.fresh({ permissions: false });
+        const sandbox = toSeedProtocol(native);
+        await sandbox.execute("true");
+        const result = await sandbox.execute(`for p in $(${SUPERVISORS}); do kill -9 $p 2>/dev/null; done; echo after; exit 4`);
+        expect(result).toEqual({ output: "after\n", exitCode: 4, truncated: false });
+        // Idle sessions killed from outside are replaced too.
+        await sandbox.execute("true");
+        const other = await DockerSandbox.attach(native.id, { docker: socket, workspace: native.workspace, permissions: false });
+        await other.execute(`for p in $(${SUPERVISORS}); do kill -9 $p 2>/dev/null; done`);
+        expect(await sandbox.execute("echo next")).toEqual({ output: "next\n", exitCode: 0, truncated: false });
+        await other.close();
+      });
+
+      it("times out a command, kills its group, and the session serves the next command", async () => {
+        const native = await shared.fresh({ permissions: false });
+        const sandbox = toSeedProtocol(native);
+        const marker = `91${Math.floor(Math.random() * 1e6)}`;
+        const result = await sandbox.execute(`echo started; sleep ${marker}`, { timeout: 1 });
+        expect(result.exitCode).toBe(124);
+        expect(result.output).toMatch(/^started\n\n\[Command timed out after 1 s/);
+        expect(await processesInside(native, marker)).toEqual([]);
+        expect(await sandbox.execute("echo fine", { stdin: "ignored" })).toEqual({ output: "fine\n", exitCode: 0, truncated: false });
+        // A command killed with stdin unread does not leave its bytes to be read as the next request.
+        const killed = await sandbox.execute(`sleep ${marker}`, { stdin: "echo injected\n".repeat(10_000), timeout: 1 });
+        expect(killed.exitCode).toBe(124);
+        expect(await sandbox.execute("echo clean")).toEqual({ output: "clean\n", exitCode: 0, truncated: false });
+      });
+
+      it("ends a command whose background child holds the output, and leaves the child's output out of the next command", async () => {
+        const native = await shared.fresh({ permissions: false });
+        const sandbox = toSeedProtocol(native);
+        const marker = `92${Math.floor(Math.random() * 1e6)}`;
+        const first = await sandbox.execute(`(sleep 0.5; echo late; sleep ${marker}) & echo now`);
+        expect(first).toEqual({ output: "now\n", exitCode: 0, truncated: false });
+        expect((await sandbox.execute("sleep 1; echo second")).output).toBe("second\n");
+        expect(await processesInside(native, marker)).toEqual([]);
+      });
+
+      it("runs concurrent commands side by side, each answered with its own output", async () => {
+        const native = await shared.fresh({ permissions: false });
+        const started = Date.now();
+        const answers = await Promise.all(
+          Array.from({ length: 12 }, (_, i) => native.execute(`sleep 1; head -c ${1000 + i} /dev/zero | tr '\\0' ${String.fromCharCode(97 + i)}; exit ${i}`)),
+        );
+        expect(Date.now() - started).toBeLessThan(8000);
+        answers.forEach((answer, i) => {
+          if ("error" in answer) throw new Error(answer.error?.message);
+          expect(answer).toEqual({ output: String.fromCharCode(97 + i).repeat(1000 + i), exitCode: i, truncated: false });
+        });
+      });
+    });
+
     describe("files", () => {
+      it("edits in one round trip a file it read or wrote, and never applies an edit to a stale copy", async () => {
+        const native = await shared.fresh({ permissions: false });
+        const path = `${native.workspace}/notes.txt`;
+        expect((await native.write(path, "alpha\nbeta\n")).error).toBeUndefined();
+        const trips = () => native.stats.execs + native.stats.sessionRequests;
+        let before = trips();
+        expect(await native.edit(path, "alpha", "ALPHA")).toMatchObject({ occurrences: 1 });
+        expect(trips() - before).toBe(1);
+        // Another writer changes the file behind this sandbox's back: the swap refuses the stale copy, the edit fetches.
+        const other = await DockerSandbox.attach(native.id, { docker: socket, workspace: native.workspace, permissions: false });
+        expect((await other.write(path, "ALPHA\nbeta\ngamma\n", { overwrite: true })).error).toBeUndefined();
+        before = trips();
+        expect(await native.edit(path, "beta", "BETA")).toMatchObject({ occurrences: 1 });
+        expect(trips() - before).toBe(3);
+        expect((await other.readRaw(path)).data?.content).toBe("ALPHA\nBETA\ngamma\n");
+        // A stale copy where the text is gone does not answer for the file: the file as it is does.
+        expect((await other.write(path, "delta\n", { overwrite: true })).error).toBeUndefined();
+        await native.read(path);
+        expect((await other.write(path, "delta epsilon\n", { overwrite: true })).error).toBeUndefined();
+        expect(await native.edit(path, "epsilon", "E")).toMatchObject({ occurrences: 1 });
+        expect((await other.readRaw(path)).data?.content).toBe("delta E\n");
+        await other.close();
+      });
+
       it("uploads 1000 files in one exec and downloads them in one more, never through the archive API", async () => {
         const native = await shared.fresh({ quota: false });
         const sandbox = toSeedProtocol(native);
@@ -172,9 +271,9 @@ for (const [flavour, image] of Object.entries(images)) {
         expect(native.stats.execs - before.execs).toBe(1);
         expect(responses).toEqual(files.map(([path]) => ({ path, error: null })));
         expect((await sandbox.execute("find batch -type f | wc -l")).output.trim()).toBe("1000");
-        const execs = native.stats.execs;
+        const trips = native.stats.execs + native.stats.sessionRequests;
         const downloaded = await sandbox.downloadFiles(files.map(([path]) => path));
-        expect(native.stats.execs - execs).toBe(1);
+        expect(native.stats.execs + native.stats.sessionRequests - trips).toBe(1);
         expect(downloaded.every((r, i) => r.error === null && text(r.content) === `content ${i}\n`)).toBe(true);
         expect(native.stats.putArchives + native.stats.getArchives).toBe(0);
       });
