@@ -119,7 +119,11 @@ export class PermissionedBackend extends BaseBackend {
     }
   }
 
-  private visible = (info: FileInfo): boolean => this.policy.check("read", info.path).action !== "deny";
+  /** A filter for one answer's entries: what the rules deny for reading is left out (each directory's rules worked out once). */
+  private visibleFilter(): (info: FileInfo) => boolean {
+    const action = this.policy.actionChecker("read");
+    return (info) => action(info.path) !== "deny";
+  }
 
   // ---- path translation: the wrapped backend names paths as the caller does ----
 
@@ -163,7 +167,7 @@ export class PermissionedBackend extends BaseBackend {
 
   protected async doLs(path: string): Promise<FileInfo[]> {
     await this.authorize("read", "ls", path);
-    return this.unwrap(await this.inner.ls(this.caller(path))).entries.filter(this.visible).map(this.driverInfo);
+    return this.unwrap(await this.inner.ls(this.caller(path))).entries.filter(this.visibleFilter()).map(this.driverInfo);
   }
 
   protected async doReadRaw(path: string): Promise<FileData> {
@@ -238,7 +242,8 @@ export class PermissionedBackend extends BaseBackend {
   protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     await this.authorize("read", "grep", path ?? "/");
     // Matches in files a rule denies or asks about are left out: grep does not ask per file.
-    const shown = (result: GrepResult) => result.matches.filter((m) => this.policy.check("read", m.path).action === "allow").map((m) => ({ ...m, path: this.driver(m.path) }));
+    const action = this.policy.actionChecker("read");
+    const shown = (result: GrepResult) => result.matches.filter((m) => action(m.path) === "allow").map((m) => ({ ...m, path: this.driver(m.path) }));
     const options = { path: path === null ? undefined : this.caller(path), glob, maxCount };
     const first = this.unwrap(await this.inner.grep(pattern, options));
     const matches = shown(first);
@@ -251,7 +256,7 @@ export class PermissionedBackend extends BaseBackend {
   protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
     await this.authorize("read", "glob", path ?? "/");
     const found = this.unwrap(await this.inner.glob(pattern, { path: path === null ? undefined : this.caller(path), includeDirectories })).entries;
-    return found.filter(this.visible).map(this.driverInfo);
+    return found.filter(this.visibleFilter()).map(this.driverInfo);
   }
 
   protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
@@ -284,6 +289,8 @@ export class PermissionedBackend extends BaseBackend {
    */
   private async batchDecisions(operation: PermissionOperation, method: string, paths: readonly string[], answers: Array<{ error: string | null }>): Promise<Array<{ index: number; path: string }>> {
     const passed: Array<{ index: number; path: string }> = [];
+    // Most items no rule touches: those pass on the action alone; the rest are decided (and asked about) one by one.
+    const action = this.policy.actionChecker(operation);
     for (const [index, path] of paths.entries()) {
       let shown: string;
       try {
@@ -292,7 +299,7 @@ export class PermissionedBackend extends BaseBackend {
         passed.push({ index, path });
         continue;
       }
-      if ((await this.decide(operation, method, shown)).allowed) passed.push({ index, path: shown });
+      if (action(shown) === "allow" || (await this.decide(operation, method, shown)).allowed) passed.push({ index, path: shown });
       else answers[index]!.error = "permission_denied";
     }
     return passed;

@@ -171,6 +171,33 @@ export class PermissionPolicy {
     return best;
   }
 
+  /**
+   * The action (not the whole verdict) for `operation`, for many paths that
+   * share directories (a listing's entries, a search's files): each
+   * directory's verdict from the rules matching it or an ancestor is worked
+   * out once per checker, so a path costs only the rules matching its own
+   * name. Equal to `check(operation, path).action`. Use one checker per
+   * answer: it remembers every directory it met.
+   */
+  actionChecker(operation: PermissionOperation): (path: string) => PermissionAction {
+    if (!this.compiled.some((c) => c.operations.has(operation))) return () => "allow";
+    const directories = new Map<string, PermissionAction>();
+    const under = (dir: string): PermissionAction => {
+      let action = directories.get(dir);
+      if (action === undefined) {
+        const own = this.verdict(operation, dir, false).action;
+        action = dir === "/" ? own : stronger(own, under(parentOf(dir)));
+        directories.set(dir, action);
+      }
+      return action;
+    };
+    return (path) => {
+      const target = path.length > 1 ? path.replace(/\/+$/, "") : path;
+      const own = this.verdict(operation, target, false).action;
+      return target === "/" || own === "deny" ? own : stronger(own, under(parentOf(target)));
+    };
+  }
+
   /** Whether some rule could refuse `operation` (deny or ask) somewhere. */
   hasRestrictions(operation: PermissionOperation): boolean {
     return this.compiled.some((c) => c.rule.action !== "allow" && c.operations.has(operation));
@@ -185,6 +212,10 @@ export class PermissionPolicy {
   denies(operation: PermissionOperation, path: string): boolean {
     return this.check(operation, path).action === "deny";
   }
+}
+
+function stronger(a: PermissionAction, b: PermissionAction): PermissionAction {
+  return STRENGTH[a] >= STRENGTH[b] ? a : b;
 }
 
 function matchedPattern(matchers: Matcher[], path: string, ancestors: boolean): string | undefined {
@@ -203,9 +234,29 @@ interface Matcher {
 /** Answers per basename are kept (a walk meets the same names in every directory), up to this many per pattern. */
 const BASENAME_CACHE = 4096;
 
-/** A basename pattern's test, remembering its answer per name: the glob is a regular expression, a lookup is cheaper. */
+/** Characters with a meaning in a glob: a pattern's text before the first (and after the last) is matched literally. */
+const GLOB_SYNTAX = /[*?[\]{}\\]/;
+
+/**
+ * A basename pattern's test. Most names fail the pattern's literal head or
+ * tail (`.env*`, `*.pem`), which two string comparisons rule out; the glob
+ * (a regular expression) runs only on names that pass them. A pattern with
+ * no literal head or tail remembers its answer per name instead (a walk
+ * meets the same names in every directory).
+ */
 function basenameTest(pattern: string): (path: string) => boolean {
   const test = compileGlob(pattern, "/");
+  const first = pattern.search(GLOB_SYNTAX);
+  const head = first === -1 ? pattern : pattern.slice(0, first);
+  let tail = "";
+  if (first !== -1) for (let i = pattern.length - 1; i > first && !GLOB_SYNTAX.test(pattern[i]!); i--) tail = pattern[i]! + tail;
+  if (head !== "" || tail !== "") {
+    const least = head.length + tail.length;
+    return (path) => {
+      const name = path.slice(path.lastIndexOf("/") + 1);
+      return name.length >= least && name.startsWith(head) && name.endsWith(tail) && path !== "/" && test(`/${name}`);
+    };
+  }
   const seen = new Map<string, boolean>();
   return (path) => {
     const name = path.slice(path.lastIndexOf("/") + 1);
