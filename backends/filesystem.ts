@@ -1,4 +1,4 @@
-import type { Stats } from "node:fs";
+import { closeSync, fstatSync, openSync, readFileSync, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
 import { BaseBackend, failure, textWindow, type TextWindow, type UploadAnswer, type DownloadAnswer } from "../core/base.js";
@@ -136,13 +136,16 @@ export class FilesystemBackend extends BaseBackend {
       }
       try {
         const entries = (await readDirAt(start.dir)).filter((entry) => !isInternalName(entry.name));
-        const infos = await Promise.all(
-          entries.map(async (entry) => {
-            const stat = await lstatAt(start.dir, entry.name).catch(() => undefined);
-            return stat && this.info(joinPath(r.path, entry.name), stat);
-          }),
-        );
-        return sortByPath(infos.filter((info) => info !== undefined));
+        // One lstat per entry, synchronously in slices (Slicer: a thread-pool round trip each costs several times the call).
+        const infos: FileInfo[] = [];
+        const slicer = new Slicer();
+        for (const entry of entries) {
+          const stat = lstatAtSync(start.dir.fd, entry.name);
+          if (stat) infos.push(this.info(joinPath(r.path, entry.name), stat));
+          const pause = slicer.maybeYield();
+          if (pause) await pause;
+        }
+        return sortByPath(infos);
       } finally {
         await start.dir.close();
       }
@@ -427,15 +430,61 @@ export class FilesystemBackend extends BaseBackend {
     });
   }
 
+  /**
+   * A batch (a search reads its candidates through here) is read
+   * synchronously in slices, through one DirCursor: paths in the same
+   * directories share their opens, and each small file is an open, fstat,
+   * read and close without a thread-pool round trip (see Slicer). A file the
+   * fast path does not answer (large, missing, refused) takes the async path,
+   * which answers its exact error.
+   */
   protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
-    return mapLimit(paths, IO_CONCURRENCY, async (filePath): Promise<DownloadAnswer> => {
+    const answers: Array<DownloadAnswer | undefined> = [];
+    const root = await openDirPath(await this.hostRoot(), []).catch(() => undefined);
+    if (root) {
+      const cursor = new DirCursor(root.fd);
+      const slicer = new Slicer();
+      try {
+        for (const filePath of paths) {
+          answers.push(this.downloadNow(cursor, filePath));
+          const pause = slicer.maybeYield();
+          if (pause) await pause;
+        }
+      } finally {
+        cursor.close();
+        await root.close();
+      }
+    }
+    const slow = paths.map((filePath, i) => ({ filePath, i })).filter(({ i }) => answers[i] === undefined);
+    await mapLimit(slow, IO_CONCURRENCY, async ({ filePath, i }) => {
       try {
         const bytes = await this.openFile(this.resolve(filePath), (handle) => handle.readFile());
-        return { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
+        answers[i] = { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
       } catch (error) {
-        return { path: filePath, content: null, error: fsError(error, filePath).code };
+        answers[i] = { path: filePath, content: null, error: fsError(error, filePath).code };
       }
     });
+    return answers as DownloadAnswer[];
+  }
+
+  /** One small regular file, read at once through the cursor; undefined when the async path should answer. */
+  private downloadNow(cursor: DirCursor, filePath: string): DownloadAnswer | undefined {
+    let fd: number | undefined;
+    try {
+      const r = this.resolve(filePath);
+      if (r.segments.length === 0) return undefined;
+      const parent = cursor.enter(r.segments.slice(0, -1));
+      if (parent === undefined) return undefined;
+      fd = openSync(at(parent, r.segments.at(-1)!), READ_FLAGS);
+      const stat = fstatSync(fd);
+      if (!stat.isFile() || stat.size > WHOLE_FILE_LIMIT) return undefined;
+      const bytes = readFileSync(fd);
+      return { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
+    } catch {
+      return undefined;
+    } finally {
+      if (fd !== undefined) closeSync(fd);
+    }
   }
 
   // --- paths ---
