@@ -12,10 +12,8 @@ import { Command, InvalidArgumentError } from "commander";
 import { z } from "zod";
 import { withPermissions } from "../backends/permissions.js";
 import { PERMISSION_OPERATIONS, type PermissionOperation, type PermissionRule } from "../core/permissions.js";
-import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { elicitationAsk } from "../mcp/elicit.js";
 import { createMcpServer, type Workspace } from "../mcp/server.js";
-import { bindingProblem, serveHttp } from "../mcp/http.js";
 import { embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type SandboxChoice } from "../mcp/embedded.js";
 
 const operation = z.custom<PermissionOperation>((value) => PERMISSION_OPERATIONS.includes(value as PermissionOperation), { message: `one of ${PERMISSION_OPERATIONS.join(", ")}` });
@@ -210,6 +208,7 @@ export function mcpCommand(): Command {
       };
       const shell = await embeddedShell(workspaceOptions);
       if (workspaceOptions.sandbox === "bwrap" && workspaceOptions.execute) {
+        const { BubblewrapSandbox } = await import("../sandboxes/bubblewrap.js");
         const why = await BubblewrapSandbox.unavailableReason();
         if (why) throw new Error(`--sandbox bwrap: bubblewrap cannot run here: ${why}`);
       }
@@ -225,6 +224,7 @@ export function mcpCommand(): Command {
         process.once("SIGTERM", () => exit(() => server.close()));
         return;
       }
+      const { bindingProblem, serveHttp } = await import("../mcp/http.js");
       const problem = bindingProblem(host, token);
       if (problem) throw new Error(problem);
       const allowedHosts = [...(config.allowedHosts ?? []), ...(flags.allowedHost ?? [])];

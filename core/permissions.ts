@@ -303,6 +303,22 @@ function compileRule(rule: PermissionRule, index: number, root: string): Compile
  * bare name does in a search.
  */
 function compilePattern(pattern: string, root: string, anchored = false): (path: string) => boolean {
+  // A test depends on nothing but these three, so policies share it (every FilesystemBackend and sandbox compiles the preset).
+  const key = `${anchored ? 1 : 0}\0${root}\0${pattern}`;
+  let test = compiledPatterns.get(key);
+  if (!test) {
+    test = compilePatternOnce(pattern, root, anchored);
+    if (compiledPatterns.size >= MAX_COMPILED_PATTERNS) compiledPatterns.clear();
+    compiledPatterns.set(key, test);
+  }
+  return test;
+}
+
+/** Compiled pattern tests, shared by every policy in the process (a bound on what rules built at run time can hold). */
+const compiledPatterns = new Map<string, (path: string) => boolean>();
+const MAX_COMPILED_PATTERNS = 4096;
+
+function compilePatternOnce(pattern: string, root: string, anchored: boolean): (path: string) => boolean {
   const body = pattern.replace(/^\/+/, "");
   if (body.includes("/")) {
     const glob = compileGlob(pattern, root);
