@@ -4,7 +4,7 @@
  * to hide from commands. docs/permissions.md is the reference.
  */
 import { StrataError, errors, printable } from "./errors.js";
-import { compileGlob } from "./glob.js";
+import { compileGlob, validateGlob, type GlobMatcher } from "./glob.js";
 import { parentOf } from "./paths.js";
 
 /**
@@ -234,6 +234,23 @@ interface Matcher {
 /** Answers per basename are kept (a walk meets the same names in every directory), up to this many per pattern. */
 const BASENAME_CACHE = 4096;
 
+/** Letters, digits, `_`, `.`, `-`, `*` and `/` only: a glob picomatch cannot refuse once validateGlob has passed it. */
+const PLAIN_GLOB = /^[\w.*/-]+$/;
+
+/**
+ * A rule's glob test. A plain one (every secret pattern of the preset) is
+ * compiled when first needed: most are never needed, since their literal
+ * head or tail rules out nearly every name first, and compiling the preset
+ * is a good part of opening a workspace. Any other is compiled now, so a
+ * bad rule fails when the policy is made.
+ */
+function globTest(pattern: string, root: string): (path: string) => boolean {
+  if (!PLAIN_GLOB.test(pattern)) return compileGlob(pattern, root);
+  validateGlob(pattern);
+  let test: GlobMatcher | undefined;
+  return (path) => (test ??= compileGlob(pattern, root))(path);
+}
+
 /** Characters with a meaning in a glob: a pattern's text before the first (and after the last) is matched literally. */
 const GLOB_SYNTAX = /[*?[\]{}\\]/;
 
@@ -245,7 +262,7 @@ const GLOB_SYNTAX = /[*?[\]{}\\]/;
  * meets the same names in every directory).
  */
 function basenameTest(pattern: string): (path: string) => boolean {
-  const test = compileGlob(pattern, "/");
+  const test = globTest(pattern, "/");
   const first = pattern.search(GLOB_SYNTAX);
   const head = first === -1 ? pattern : pattern.slice(0, first);
   let tail = "";
@@ -321,7 +338,7 @@ const MAX_COMPILED_PATTERNS = 4096;
 function compilePatternOnce(pattern: string, root: string, anchored: boolean): (path: string) => boolean {
   const body = pattern.replace(/^\/+/, "");
   if (body.includes("/")) {
-    const glob = compileGlob(pattern, root);
+    const glob = globTest(pattern, root);
     // A literal last segment (`**/.aws/credentials`) rules out almost every path with one comparison.
     const last = body.slice(body.lastIndexOf("/") + 1);
     if (last === "" || /[*?[\]{}\\]/.test(last)) return glob;
@@ -329,7 +346,7 @@ function compilePatternOnce(pattern: string, root: string, anchored: boolean): (
   }
   if (!pattern.startsWith("/") && !anchored) return basenameTest(pattern);
   const base = pattern.startsWith("/") ? "/" : root;
-  const name = compileGlob(body, base);
+  const name = globTest(body, base);
   return (path) => parentOf(path) === base && name(path);
 }
 
