@@ -129,6 +129,22 @@ export async function openDirPath(hostRoot: string, segments: readonly string[],
   }
 }
 
+/** openDirPath, synchronously, as a raw fd (the caller closes it); no creating. */
+export function openDirPathSync(hostRoot: string, segments: readonly string[]): number {
+  let current = openSync(hostRoot, DIR_FLAGS);
+  try {
+    for (const segment of segments) {
+      const next = openDirAtSync(current, segment);
+      closeSync(current);
+      current = next;
+    }
+    return current;
+  } catch (error) {
+    closeSync(current);
+    throw error;
+  }
+}
+
 /** One step of openDirPath: the directory `name` in `dirFd`, made first when missing and `create` is set. */
 function enterSync(dirFd: number, name: string, create: boolean): number {
   try {
