@@ -197,6 +197,7 @@ export interface AtomicWriteOptions {
 export async function writeAtomicAt(dir: FileHandle, name: string, bytes: Uint8Array, options: AtomicWriteOptions): Promise<void> {
   const temp = `${TEMP_PREFIX}${randomBytes(8).toString("hex")}`;
   const handle = await fs.open(at(dir, temp), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o666);
+  let renamed = false;
   try {
     try {
       await handle.writeFile(bytes);
@@ -206,11 +207,13 @@ export async function writeAtomicAt(dir: FileHandle, name: string, bytes: Uint8A
       await handle.close();
     }
     await options.beforeReplace?.();
-    if (options.overwrite) await fs.rename(at(dir, temp), at(dir, name));
-    else await fs.link(at(dir, temp), at(dir, name));
+    if (options.overwrite) {
+      await fs.rename(at(dir, temp), at(dir, name));
+      renamed = true;
+    } else await fs.link(at(dir, temp), at(dir, name));
   } finally {
     // After a rename the temp name is gone already; after a link or a failure it must go.
-    await fs.unlink(at(dir, temp)).catch(() => undefined);
+    if (!renamed) await fs.unlink(at(dir, temp)).catch(() => undefined);
   }
 }
 
