@@ -449,7 +449,10 @@ export class FilesystemBackend extends BaseBackend {
    */
   protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
     const answers: Array<DownloadAnswer | undefined> = [];
-    const root = await openDirPath(await this.hostRoot(), []).catch(() => undefined);
+    // A root that cannot be opened leaves every item to the async path, which answers each one's error.
+    const root = await this.hostRoot()
+      .then((hostRoot) => openDirPath(hostRoot, []))
+      .catch(() => undefined);
     if (root) {
       const cursor = new DirCursor(root.fd);
       const slicer = new Slicer();
@@ -486,7 +489,7 @@ export class FilesystemBackend extends BaseBackend {
       if (parent === undefined) return undefined;
       fd = openSync(at(parent, r.segments.at(-1)!), READ_FLAGS);
       const stat = fstatSync(fd);
-      if (!stat.isFile() || stat.size > WHOLE_FILE_LIMIT) return undefined;
+      if (!stat.isFile() || stat.size > SMALL_FILE_BYTES) return undefined;
       const bytes = readFileSync(fd);
       return { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
     } catch {
