@@ -1,4 +1,4 @@
-import type { Stats } from "node:fs";
+import { closeSync, fstatSync, openSync, readFileSync, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
 import { BaseBackend, failure, textWindow, type TextWindow, type UploadAnswer, type DownloadAnswer } from "../core/base.js";
@@ -16,7 +16,7 @@ import type { PermissionOptions } from "../core/permissions.js";
 import type { GrepResult, WriteResult } from "../core/types.js";
 import { guarded } from "./permissions.js";
 import { grepFile, type Needle, readWindow, ripgrepCandidates, ripgrepPath, WHOLE_FILE_LIMIT } from "./filesystem-text.js";
-import { at, errno, isInternalName, lstatAt, lstatAtSync, openDirAt, openDirPath, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
+import { at, errno, isInternalName, lstatAt, lstatAtSync, openDirAt, openDirPath, openDirPathSync, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
 import { DirCursor, readDirAt, removeAt, Slicer, walkFiles, writeAtomicAt } from "./safe-fs.js";
 
 export interface FilesystemBackendOptions {
@@ -57,6 +57,9 @@ export interface FilesystemBackendOptions {
    */
   permissions?: PermissionOptions | false;
 }
+
+/** Files up to this size are read synchronously (readSmallNow); larger ones through the thread pool. */
+const SMALL_FILE_BYTES = 1024 * 1024;
 
 /** Uploads and downloads in flight at once. */
 const IO_CONCURRENCY = 8;
@@ -101,6 +104,8 @@ export class FilesystemBackend extends BaseBackend {
   readonly workspace: string;
   readonly virtualMode: boolean;
   private hostRootReady: Promise<string> | undefined;
+  /** The root's real path once hostRoot() has resolved it (the synchronous paths need it at hand). */
+  private hostRootPath: string | undefined;
   private readonly quota: Quota | undefined;
   /** What the root holds, once measured; undefined until needed or after a change too large to track (a directory delete). */
   private usage: Usage | undefined;
@@ -136,13 +141,16 @@ export class FilesystemBackend extends BaseBackend {
       }
       try {
         const entries = (await readDirAt(start.dir)).filter((entry) => !isInternalName(entry.name));
-        const infos = await Promise.all(
-          entries.map(async (entry) => {
-            const stat = await lstatAt(start.dir, entry.name).catch(() => undefined);
-            return stat && this.info(joinPath(r.path, entry.name), stat);
-          }),
-        );
-        return sortByPath(infos.filter((info) => info !== undefined));
+        // One lstat per entry, synchronously in slices (Slicer: a thread-pool round trip each costs several times the call).
+        const infos: FileInfo[] = [];
+        const slicer = new Slicer();
+        for (const entry of entries) {
+          const stat = lstatAtSync(start.dir.fd, entry.name);
+          if (stat) infos.push(this.info(joinPath(r.path, entry.name), stat));
+          const pause = slicer.maybeYield();
+          if (pause) await pause;
+        }
+        return sortByPath(infos);
       } finally {
         await start.dir.close();
       }
@@ -153,12 +161,10 @@ export class FilesystemBackend extends BaseBackend {
 
   protected async doReadRaw(filePath: string): Promise<FileDataV2> {
     const r = this.resolve(filePath);
+    const small = this.readSmallNow(r);
+    if (small) return { ...fileDataFromBytes(small.bytes), ...this.times(small.stat) };
     try {
-      return await this.openFile(r, async (handle, stat) => ({
-        ...fileDataFromBytes(await handle.readFile()),
-        created_at: (stat.birthtimeMs > 0 ? stat.birthtime : stat.mtime).toISOString(),
-        modified_at: stat.mtime.toISOString(),
-      }));
+      return await this.openFile(r, async (handle, stat) => ({ ...fileDataFromBytes(await handle.readFile()), ...this.times(stat) }));
     } catch (error) {
       throw fsError(error, r.shown);
     }
@@ -167,6 +173,12 @@ export class FilesystemBackend extends BaseBackend {
   /** Streams files over 8 MiB, holding only the requested lines (see readWindow). */
   protected override async doRead(filePath: string, offset: number, limit: number): Promise<TextWindow> {
     const r = this.resolve(filePath);
+    const small = this.readSmallNow(r);
+    if (small) {
+      const text = decodeText(small.bytes);
+      if (text === null) throw errors.binary(r.shown, small.stat.size);
+      return textWindow(text, r.shown, offset, limit);
+    }
     try {
       return await this.openFile(r, async (handle, stat) => {
         if (stat.size > WHOLE_FILE_LIMIT) return readWindow(handle, r.shown, stat.size, offset, limit);
@@ -427,15 +439,94 @@ export class FilesystemBackend extends BaseBackend {
     });
   }
 
+  /**
+   * A batch (a search reads its candidates through here) is read
+   * synchronously in slices, through one DirCursor: paths in the same
+   * directories share their opens, and each small file is an open, fstat,
+   * read and close without a thread-pool round trip (see Slicer). A file the
+   * fast path does not answer (large, missing, refused) takes the async path,
+   * which answers its exact error.
+   */
   protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
-    return mapLimit(paths, IO_CONCURRENCY, async (filePath): Promise<DownloadAnswer> => {
+    const answers: Array<DownloadAnswer | undefined> = [];
+    // A root that cannot be opened leaves every item to the async path, which answers each one's error.
+    const root = await this.hostRoot()
+      .then((hostRoot) => openDirPath(hostRoot, []))
+      .catch(() => undefined);
+    if (root) {
+      const cursor = new DirCursor(root.fd);
+      const slicer = new Slicer();
+      try {
+        for (const filePath of paths) {
+          answers.push(this.downloadNow(cursor, filePath));
+          const pause = slicer.maybeYield();
+          if (pause) await pause;
+        }
+      } finally {
+        cursor.close();
+        await root.close();
+      }
+    }
+    const slow = paths.map((filePath, i) => ({ filePath, i })).filter(({ i }) => answers[i] === undefined);
+    await mapLimit(slow, IO_CONCURRENCY, async ({ filePath, i }) => {
       try {
         const bytes = await this.openFile(this.resolve(filePath), (handle) => handle.readFile());
-        return { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
+        answers[i] = { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
       } catch (error) {
-        return { path: filePath, content: null, error: fsError(error, filePath).code };
+        answers[i] = { path: filePath, content: null, error: fsError(error, filePath).code };
       }
     });
+    return answers as DownloadAnswer[];
+  }
+
+  /** One small regular file, read at once through the cursor; undefined when the async path should answer. */
+  private downloadNow(cursor: DirCursor, filePath: string): DownloadAnswer | undefined {
+    let fd: number | undefined;
+    try {
+      const r = this.resolve(filePath);
+      if (r.segments.length === 0) return undefined;
+      const parent = cursor.enter(r.segments.slice(0, -1));
+      if (parent === undefined) return undefined;
+      fd = openSync(at(parent, r.segments.at(-1)!), READ_FLAGS);
+      const stat = fstatSync(fd);
+      if (!stat.isFile() || stat.size > SMALL_FILE_BYTES) return undefined;
+      const bytes = readFileSync(fd);
+      return { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
+    } catch {
+      return undefined;
+    } finally {
+      if (fd !== undefined) closeSync(fd);
+    }
+  }
+
+  private times(stat: Stats): { created_at: string; modified_at: string } {
+    return { created_at: (stat.birthtimeMs > 0 ? stat.birthtime : stat.mtime).toISOString(), modified_at: stat.mtime.toISOString() };
+  }
+
+  /**
+   * A small regular file read at once, synchronously: a model reads many
+   * small files, and each thread-pool round trip (open, stat, read, close,
+   * the directories on the way) costs more than the call (see Slicer).
+   * Undefined when the async path should answer: the root not resolved yet,
+   * a file over SMALL_FILE_BYTES, or any failure (whose exact error the
+   * async path gives).
+   */
+  private readSmallNow(r: Resolved): { bytes: Buffer; stat: Stats } | undefined {
+    if (this.hostRootPath === undefined || r.segments.length === 0) return undefined;
+    let dir: number | undefined;
+    let fd: number | undefined;
+    try {
+      dir = openDirPathSync(this.hostRootPath, r.segments.slice(0, -1));
+      fd = openSync(at(dir, r.segments.at(-1)!), READ_FLAGS);
+      const stat = fstatSync(fd);
+      if (!stat.isFile() || stat.size > SMALL_FILE_BYTES) return undefined;
+      return { bytes: readFileSync(fd), stat };
+    } catch {
+      return undefined;
+    } finally {
+      if (fd !== undefined) closeSync(fd);
+      if (dir !== undefined) closeSync(dir);
+    }
   }
 
   // --- paths ---
@@ -490,7 +581,7 @@ export class FilesystemBackend extends BaseBackend {
       }
       try {
         await fs.mkdir(this.workspace, { recursive: true });
-        return await fs.realpath(this.workspace);
+        return (this.hostRootPath = await fs.realpath(this.workspace));
       } catch {
         throw new StrataError("unavailable", "The workspace root directory cannot be opened");
       }

@@ -180,7 +180,11 @@ export class PermissionedBackend extends BaseBackend {
     }
   }
 
-  private visible = (info: FileInfo): boolean => this.policy.check("read", info.path).action !== "deny";
+  /** A filter for one answer's entries: what the rules deny for reading is left out (each directory's rules worked out once). */
+  private visibleFilter(): (info: FileInfo) => boolean {
+    const action = this.policy.actionChecker("read");
+    return (info) => action(info.path) !== "deny";
+  }
 
   // ---- path translation: the wrapped backend names paths as the caller does ----
 
@@ -224,7 +228,7 @@ export class PermissionedBackend extends BaseBackend {
 
   protected async doLs(path: string): Promise<FileInfo[]> {
     await this.authorize("read", "ls", path);
-    return this.unwrap(await this.inner.ls(this.caller(path))).entries.filter(this.visible).map(this.driverInfo);
+    return this.unwrap(await this.inner.ls(this.caller(path))).entries.filter(this.visibleFilter()).map(this.driverInfo);
   }
 
   protected async doReadRaw(path: string): Promise<FileData> {
@@ -299,11 +303,13 @@ export class PermissionedBackend extends BaseBackend {
   protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     await this.authorize("read", "grep", path ?? "/");
     // Matches in files a rule denies are left out; an ask rule is asked once for all the files it governs with matches.
+    // Most files no rule touches: those pass on the action alone.
+    const action = this.policy.actionChecker("read");
     const shown = async (result: GrepResult) => {
-      const files = [...new Set(result.matches.map((m) => m.path))];
-      const decisions = await this.decideMany("read", "grep", files);
-      const allowed = new Set(files.filter((_, i) => decisions[i]!.allowed));
-      return result.matches.filter((m) => allowed.has(m.path)).map((m) => ({ ...m, path: this.driver(m.path) }));
+      const undecided = [...new Set(result.matches.map((m) => m.path))].filter((file) => action(file) !== "allow");
+      const decisions = await this.decideMany("read", "grep", undecided);
+      const refused = new Set(undecided.filter((_, i) => !decisions[i]!.allowed));
+      return result.matches.filter((m) => !refused.has(m.path)).map((m) => ({ ...m, path: this.driver(m.path) }));
     };
     const options = { path: path === null ? undefined : this.caller(path), glob, maxCount };
     const first = this.unwrap(await this.inner.grep(pattern, options));
@@ -317,7 +323,7 @@ export class PermissionedBackend extends BaseBackend {
   protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
     await this.authorize("read", "glob", path ?? "/");
     const found = this.unwrap(await this.inner.glob(pattern, { path: path === null ? undefined : this.caller(path), includeDirectories })).entries;
-    return found.filter(this.visible).map(this.driverInfo);
+    return found.filter(this.visibleFilter()).map(this.driverInfo);
   }
 
   protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
@@ -349,21 +355,27 @@ export class PermissionedBackend extends BaseBackend {
    * backend to refuse item by item (no rule can match a path that is not one).
    */
   private async batchDecisions(operation: PermissionOperation, method: string, paths: readonly string[], answers: Array<{ error: string | null }>): Promise<Array<{ index: number; path: string }>> {
-    const valid: Array<{ index: number; path: string }> = [];
+    const undecided: Array<{ index: number; path: string }> = [];
     const passed: Array<{ index: number; path: string }> = [];
+    // Most items no rule touches: those pass on the action alone; the rest are decided together (an ask rule asked once).
+    const action = this.policy.actionChecker(operation);
     for (const [index, path] of paths.entries()) {
+      let shown: string;
       try {
-        valid.push({ index, path: this.caller(path) });
+        shown = this.caller(path);
       } catch {
         passed.push({ index, path });
+        continue;
       }
+      if (action(shown) === "allow") passed.push({ index, path: shown });
+      else undecided.push({ index, path: shown });
     }
     const decisions = await this.decideMany(
       operation,
       method,
-      valid.map(({ path }) => path),
+      undecided.map(({ path }) => path),
     );
-    valid.forEach((item, k) => {
+    undecided.forEach((item, k) => {
       if (decisions[k]!.allowed) passed.push(item);
       else answers[item.index]!.error = "permission_denied";
     });

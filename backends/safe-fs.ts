@@ -19,7 +19,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { closeSync, constants, lstatSync, openSync, readdirSync, rmdirSync, unlinkSync, type Dirent, type Stats } from "node:fs";
+import { closeSync, constants, lstatSync, mkdirSync, openSync, readdirSync, rmdirSync, unlinkSync, type Dirent, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import { isReservedName } from "../core/paths.js";
 
@@ -65,7 +65,7 @@ export function errno(code: string): NodeJS.ErrnoException {
  * kernel says ENOTDIR for O_DIRECTORY | O_NOFOLLOW on a link; the lstat that
  * tells the two apart only picks the error, it decides nothing).
  */
-export async function openDirAt(dir: FileHandle, name: string): Promise<FileHandle> {
+export async function openDirAt(dir: FileHandle | number, name: string): Promise<FileHandle> {
   try {
     return await fs.open(at(dir, name), DIR_FLAGS);
   } catch (error) {
@@ -77,34 +77,86 @@ export async function openDirAt(dir: FileHandle, name: string): Promise<FileHand
   }
 }
 
+/** openDirAt, synchronously, on a raw fd: the same refusals (a symlink fails with ELOOP). */
+function openDirAtSync(dirFd: number, name: string): number {
+  try {
+    return openSync(at(dirFd, name), DIR_FLAGS);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOTDIR") {
+      let link = false;
+      try {
+        link = lstatSync(at(dirFd, name)).isSymbolicLink();
+      } catch {
+        // Gone meanwhile: the open's own error stands.
+      }
+      if (link) throw errno("ELOOP");
+    }
+    throw error;
+  }
+}
+
 /**
  * Opens the directory at `segments` below the root and returns its handle
  * (the caller closes it). The root's own path is configuration, trusted;
  * everything below it is walked one component at a time. With `create`,
- * missing directories are made on the way.
+ * missing directories are made on the way. The walk itself is synchronous:
+ * each step is one open of a directory entry, far cheaper done at once than
+ * as a round trip through the thread pool; only the last directory is opened
+ * as a handle.
  */
 export async function openDirPath(hostRoot: string, segments: readonly string[], create = false): Promise<FileHandle> {
-  let current = await fs.open(hostRoot, DIR_FLAGS);
+  if (segments.length === 0) return fs.open(hostRoot, DIR_FLAGS);
+  let current = openSync(hostRoot, DIR_FLAGS);
+  try {
+    for (const segment of segments.slice(0, -1)) {
+      const next = enterSync(current, segment, create);
+      closeSync(current);
+      current = next;
+    }
+    const last = segments.at(-1)!;
+    try {
+      return await openDirAt(current, last);
+    } catch (error) {
+      if (!create || (error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+      // EEXIST means another writer made it first; the open below still refuses a symlink.
+      await fs.mkdir(at(current, last)).catch((e: NodeJS.ErrnoException) => {
+        if (e.code !== "EEXIST") throw e;
+      });
+      return await openDirAt(current, last);
+    }
+  } finally {
+    closeSync(current);
+  }
+}
+
+/** openDirPath, synchronously, as a raw fd (the caller closes it); no creating. */
+export function openDirPathSync(hostRoot: string, segments: readonly string[]): number {
+  let current = openSync(hostRoot, DIR_FLAGS);
   try {
     for (const segment of segments) {
-      let next: FileHandle;
-      try {
-        next = await openDirAt(current, segment);
-      } catch (error) {
-        if (!create || (error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
-        // EEXIST means another writer made it first; the open below still refuses a symlink.
-        await fs.mkdir(at(current, segment)).catch((e: NodeJS.ErrnoException) => {
-          if (e.code !== "EEXIST") throw e;
-        });
-        next = await openDirAt(current, segment);
-      }
-      await current.close();
+      const next = openDirAtSync(current, segment);
+      closeSync(current);
       current = next;
     }
     return current;
   } catch (error) {
-    await current.close();
+    closeSync(current);
     throw error;
+  }
+}
+
+/** One step of openDirPath: the directory `name` in `dirFd`, made first when missing and `create` is set. */
+function enterSync(dirFd: number, name: string, create: boolean): number {
+  try {
+    return openDirAtSync(dirFd, name);
+  } catch (error) {
+    if (!create || (error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
+    try {
+      mkdirSync(at(dirFd, name));
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
+    }
+    return openDirAtSync(dirFd, name);
   }
 }
 
@@ -145,6 +197,7 @@ export interface AtomicWriteOptions {
 export async function writeAtomicAt(dir: FileHandle, name: string, bytes: Uint8Array, options: AtomicWriteOptions): Promise<void> {
   const temp = `${TEMP_PREFIX}${randomBytes(8).toString("hex")}`;
   const handle = await fs.open(at(dir, temp), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o666);
+  let renamed = false;
   try {
     try {
       await handle.writeFile(bytes);
@@ -154,11 +207,13 @@ export async function writeAtomicAt(dir: FileHandle, name: string, bytes: Uint8A
       await handle.close();
     }
     await options.beforeReplace?.();
-    if (options.overwrite) await fs.rename(at(dir, temp), at(dir, name));
-    else await fs.link(at(dir, temp), at(dir, name));
+    if (options.overwrite) {
+      await fs.rename(at(dir, temp), at(dir, name));
+      renamed = true;
+    } else await fs.link(at(dir, temp), at(dir, name));
   } finally {
     // After a rename the temp name is gone already; after a link or a failure it must go.
-    await fs.unlink(at(dir, temp)).catch(() => undefined);
+    if (!renamed) await fs.unlink(at(dir, temp)).catch(() => undefined);
   }
 }
 

@@ -24,12 +24,17 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const PACKAGE = "strata-workspace";
 const ENGINES = ["pg", "ioredis", "dockerode", "ssh2", "better-sqlite3"];
 
-/** Transpiles what the root and core entries import into `out`, next to a link to the project's node_modules. */
-async function transpile(out: string): Promise<void> {
+/**
+ * Transpiles index.ts and the modules of `dirs` into `out`, next to a link to
+ * the project's node_modules: the built package's files (as tsc emits them
+ * into dist/), without a TypeScript loader. The default: what the root and
+ * core entries import.
+ */
+export async function transpile(out: string, dirs: readonly string[] = ["core", "backends", "stores", "sandboxes"]): Promise<void> {
   rmSync(out, { recursive: true, force: true });
   mkdirSync(out, { recursive: true });
   const entryPoints = ["index.ts"];
-  for (const dir of ["core", "backends", "stores", "sandboxes"]) {
+  for (const dir of dirs) {
     for (const name of readdirSync(join(ROOT, dir))) if (name.endsWith(".ts")) entryPoints.push(join(dir, name));
   }
   await build({ entryPoints: entryPoints.map((p) => join(ROOT, p)), outdir: out, outbase: ROOT, format: "esm", platform: "node", target: "node20", logLevel: "error" });

@@ -18,8 +18,7 @@ import type { PermissionRule } from "../core/permissions.js";
 import type { Backend } from "../core/protocol.js";
 import type { Result } from "../core/types.js";
 import { withPermissions } from "../backends/permissions.js";
-import { openEmbeddedWorkspace } from "../mcp/embedded.js";
-import { openRoute, ROUTE_SCHEMES } from "../mcp/routes.js";
+import { ROUTE_SCHEMES } from "../mcp/routes.js";
 import { PERMISSION_PRESETS, commandLineAsk, loadPermissions } from "./permissions.js";
 
 export const EXIT_STATUS: Readonly<Record<ErrorCode, number>> = {
@@ -130,9 +129,11 @@ export async function openTarget(flags: TargetFlags): Promise<OpenedTarget> {
   const directory = flags.root ?? process.cwd();
   try {
     if (flags.backend !== undefined) {
+      const { openRoute } = await import("../mcp/routes.js");
       const route = await openRoute("/", flags.backend, directory);
       return { backend: route.backend, close: () => route.close() };
     }
+    const { openEmbeddedWorkspace } = await import("../mcp/embedded.js");
     const ws = await openEmbeddedWorkspace(directory, { execute: false, memories: flags.memories !== false });
     return { backend: ws.backend, close: async () => ws.close?.() };
   } catch (error) {

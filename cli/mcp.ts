@@ -11,10 +11,8 @@ import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js"
 import { Command, InvalidArgumentError } from "commander";
 import { z } from "zod";
 import { withPermissions } from "../backends/permissions.js";
-import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { elicitationAsk } from "../mcp/elicit.js";
 import { createMcpServer, type Workspace } from "../mcp/server.js";
-import { bindingProblem, serveHttp } from "../mcp/http.js";
 import { embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type SandboxChoice } from "../mcp/embedded.js";
 import { sshSandboxOptions } from "../mcp/ssh-target.js";
 import { PERMISSION_PRESETS, loadPermissions, rulesSchema } from "./permissions.js";
@@ -203,6 +201,7 @@ export function mcpCommand(): Command {
       };
       const shell = await embeddedShell(workspaceOptions);
       if (workspaceOptions.sandbox === "bwrap" && workspaceOptions.execute) {
+        const { BubblewrapSandbox } = await import("../sandboxes/bubblewrap.js");
         const why = await BubblewrapSandbox.unavailableReason();
         if (why) throw new Error(`--sandbox bwrap: bubblewrap cannot run here: ${why}`);
       }
@@ -220,6 +219,7 @@ export function mcpCommand(): Command {
         process.once("SIGTERM", () => exit(() => server.close()));
         return;
       }
+      const { bindingProblem, serveHttp } = await import("../mcp/http.js");
       const problem = bindingProblem(host, token);
       if (problem) throw new Error(problem);
       const allowedHosts = [...(config.allowedHosts ?? []), ...(flags.allowedHost ?? [])];

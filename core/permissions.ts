@@ -4,7 +4,7 @@
  * to hide from commands. docs/permissions.md is the reference.
  */
 import { StrataError, errors, printable } from "./errors.js";
-import { compileGlob } from "./glob.js";
+import { compileGlob, validateGlob, type GlobMatcher } from "./glob.js";
 import { parentOf } from "./paths.js";
 
 /**
@@ -197,6 +197,33 @@ export class PermissionPolicy {
     return best;
   }
 
+  /**
+   * The action (not the whole verdict) for `operation`, for many paths that
+   * share directories (a listing's entries, a search's files): each
+   * directory's verdict from the rules matching it or an ancestor is worked
+   * out once per checker, so a path costs only the rules matching its own
+   * name. Equal to `check(operation, path).action`. Use one checker per
+   * answer: it remembers every directory it met.
+   */
+  actionChecker(operation: PermissionOperation): (path: string) => PermissionAction {
+    if (!this.compiled.some((c) => c.operations.has(operation))) return () => "allow";
+    const directories = new Map<string, PermissionAction>();
+    const under = (dir: string): PermissionAction => {
+      let action = directories.get(dir);
+      if (action === undefined) {
+        const own = this.verdict(operation, dir, false).action;
+        action = dir === "/" ? own : stronger(own, under(parentOf(dir)));
+        directories.set(dir, action);
+      }
+      return action;
+    };
+    return (path) => {
+      const target = path.length > 1 ? path.replace(/\/+$/, "") : path;
+      const own = this.verdict(operation, target, false).action;
+      return target === "/" || own === "deny" ? own : stronger(own, under(parentOf(target)));
+    };
+  }
+
   /** Whether some rule could refuse `operation` (deny or ask) somewhere. */
   hasRestrictions(operation: PermissionOperation): boolean {
     return this.compiled.some((c) => c.rule.action !== "allow" && c.operations.has(operation));
@@ -211,6 +238,10 @@ export class PermissionPolicy {
   denies(operation: PermissionOperation, path: string): boolean {
     return this.check(operation, path).action === "deny";
   }
+}
+
+function stronger(a: PermissionAction, b: PermissionAction): PermissionAction {
+  return STRENGTH[a] >= STRENGTH[b] ? a : b;
 }
 
 function matchedPattern(matchers: Matcher[], path: string, ancestors: boolean): string | undefined {
@@ -229,9 +260,46 @@ interface Matcher {
 /** Answers per basename are kept (a walk meets the same names in every directory), up to this many per pattern. */
 const BASENAME_CACHE = 4096;
 
-/** A basename pattern's test, remembering its answer per name: the glob is a regular expression, a lookup is cheaper. */
+/** Letters, digits, `_`, `.`, `-`, `*` and `/` only: a glob picomatch cannot refuse once validateGlob has passed it. */
+const PLAIN_GLOB = /^[\w.*/-]+$/;
+
+/**
+ * A rule's glob test. A plain one (every secret pattern of the preset) is
+ * compiled when first needed: most are never needed, since their literal
+ * head or tail rules out nearly every name first, and compiling the preset
+ * is a good part of opening a workspace. Any other is compiled now, so a
+ * bad rule fails when the policy is made.
+ */
+function globTest(pattern: string, root: string): (path: string) => boolean {
+  if (!PLAIN_GLOB.test(pattern)) return compileGlob(pattern, root);
+  validateGlob(pattern);
+  let test: GlobMatcher | undefined;
+  return (path) => (test ??= compileGlob(pattern, root))(path);
+}
+
+/** Characters with a meaning in a glob: a pattern's text before the first (and after the last) is matched literally. */
+const GLOB_SYNTAX = /[*?[\]{}\\]/;
+
+/**
+ * A basename pattern's test. Most names fail the pattern's literal head or
+ * tail (`.env*`, `*.pem`), which two string comparisons rule out; the glob
+ * (a regular expression) runs only on names that pass them. A pattern with
+ * no literal head or tail remembers its answer per name instead (a walk
+ * meets the same names in every directory).
+ */
 function basenameTest(pattern: string): (path: string) => boolean {
-  const test = compileGlob(pattern, "/");
+  const test = globTest(pattern, "/");
+  const first = pattern.search(GLOB_SYNTAX);
+  const head = first === -1 ? pattern : pattern.slice(0, first);
+  let tail = "";
+  if (first !== -1) for (let i = pattern.length - 1; i > first && !GLOB_SYNTAX.test(pattern[i]!); i--) tail = pattern[i]! + tail;
+  if (head !== "" || tail !== "") {
+    const least = head.length + tail.length;
+    return (path) => {
+      const name = path.slice(path.lastIndexOf("/") + 1);
+      return name.length >= least && name.startsWith(head) && name.endsWith(tail) && path !== "/" && test(`/${name}`);
+    };
+  }
   const seen = new Map<string, boolean>();
   return (path) => {
     const name = path.slice(path.lastIndexOf("/") + 1);
@@ -278,9 +346,25 @@ function compileRule(rule: PermissionRule, index: number, root: string): Compile
  * bare name does in a search.
  */
 function compilePattern(pattern: string, root: string, anchored = false): (path: string) => boolean {
+  // A test depends on nothing but these three, so policies share it (every FilesystemBackend and sandbox compiles the preset).
+  const key = `${anchored ? 1 : 0}\0${root}\0${pattern}`;
+  let test = compiledPatterns.get(key);
+  if (!test) {
+    test = compilePatternOnce(pattern, root, anchored);
+    if (compiledPatterns.size >= MAX_COMPILED_PATTERNS) compiledPatterns.clear();
+    compiledPatterns.set(key, test);
+  }
+  return test;
+}
+
+/** Compiled pattern tests, shared by every policy in the process (a bound on what rules built at run time can hold). */
+const compiledPatterns = new Map<string, (path: string) => boolean>();
+const MAX_COMPILED_PATTERNS = 4096;
+
+function compilePatternOnce(pattern: string, root: string, anchored: boolean): (path: string) => boolean {
   const body = pattern.replace(/^\/+/, "");
   if (body.includes("/")) {
-    const glob = compileGlob(pattern, root);
+    const glob = globTest(pattern, root);
     // A literal last segment (`**/.aws/credentials`) rules out almost every path with one comparison.
     const last = body.slice(body.lastIndexOf("/") + 1);
     if (last === "" || /[*?[\]{}\\]/.test(last)) return glob;
@@ -288,7 +372,7 @@ function compilePattern(pattern: string, root: string, anchored = false): (path:
   }
   if (!pattern.startsWith("/") && !anchored) return basenameTest(pattern);
   const base = pattern.startsWith("/") ? "/" : root;
-  const name = compileGlob(body, base);
+  const name = globTest(body, base);
   return (path) => parentOf(path) === base && name(path);
 }
 

@@ -9,15 +9,12 @@
  */
 import { statSync } from "node:fs";
 import nodePath from "node:path";
-import { CompositeBackend } from "../backends/composite.js";
 import { FilesystemBackend } from "../backends/filesystem.js";
 import { baseName, normalizePath } from "../core/paths.js";
 import type { Backend, Sandbox } from "../core/protocol.js";
-import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
-import { LocalSandbox } from "../sandboxes/local.js";
 import type { SshSandbox } from "../sandboxes/ssh.js";
 import type { AllowedRoot } from "./fs-tools.js";
-import { openOverlay, type OpenedOverlay } from "./overlay.js";
+import type { OpenedOverlay } from "./overlay.js";
 import { openRoute, type OpenedRoute } from "./routes.js";
 import type { Workspace } from "./server.js";
 import type { SshCredentials } from "./ssh-target.js";
@@ -62,6 +59,8 @@ export async function embeddedShell(options: EmbeddedWorkspaceOptions = {}): Pro
   if (choice === "bwrap") return "bubblewrap";
   if (choice.startsWith("docker:")) return "docker";
   if (choice.startsWith("ssh://")) return "ssh";
+  // The sandboxes are loaded when a workspace uses one (a server without a shell never loads them).
+  const { BubblewrapSandbox } = await import("../sandboxes/bubblewrap.js");
   if (await BubblewrapSandbox.isAvailable()) return "bubblewrap";
   return options.unsafeLocal ? "local" : "none";
 }
@@ -74,13 +73,16 @@ export async function openEmbeddedWorkspace(directory: string, options: Embedded
   let sandbox: Sandbox | undefined;
   let layer: OpenedOverlay | undefined;
   if (options.overlay) {
+    const { openOverlay } = await import("./overlay.js");
     layer = openOverlay(dir);
     files = layer.overlay;
   } else if (shell === "bubblewrap") {
+    const { BubblewrapSandbox } = await import("../sandboxes/bubblewrap.js");
     const why = await BubblewrapSandbox.unavailableReason();
     if (why) throw new Error(`bubblewrap cannot run here: ${why}`);
     files = sandbox = new BubblewrapSandbox({ workspace: dir });
   } else if (shell === "local") {
+    const { LocalSandbox } = await import("../sandboxes/local.js");
     files = sandbox = new LocalSandbox({ workspace: dir });
   } else if (shell === "docker") {
     const { DockerSandbox } = await import("../sandboxes/docker.js");
@@ -114,6 +116,7 @@ export async function openEmbeddedWorkspace(directory: string, options: Embedded
     throw error;
   }
   for (const [prefix, route] of opened) roots.push({ path: normalizePath(prefix), description: `${route.description}${sandbox ? "; not visible to commands" : ""}` });
-  const backend = opened.length === 0 ? files : new CompositeBackend({ default: files, routes: Object.fromEntries(opened.map(([prefix, route]) => [prefix, route.backend])) });
+  const { CompositeBackend } = opened.length === 0 ? { CompositeBackend: undefined } : await import("../backends/composite.js");
+  const backend = CompositeBackend === undefined ? files : new CompositeBackend({ default: files, routes: Object.fromEntries(opened.map(([prefix, route]) => [prefix, route.backend])) });
   return { backend, shell, execute: shell !== "none", roots, close: closeAll };
 }

@@ -13,7 +13,7 @@ import { compileGlob, type GlobMatcher } from "../core/glob.js";
 import { baseName, joinPath } from "../core/paths.js";
 import type { FileInfo } from "../core/types.js";
 import { ToolFailure, defineTool, ok, orFail, type ContentBlock, type ToolDefinition, type ToolOutput } from "../tools/define.js";
-import { readFile } from "../tools/read-file.js";
+import { readFile, readLines } from "../tools/read-file.js";
 import type { ToolSession } from "../tools/session.js";
 
 /** A tool answer that also carries structured content (MCP `structuredContent`). */
@@ -78,11 +78,7 @@ export const readFileTail = defineTool({
   inputSchema: tailSchema,
   selfBudgeted: true,
   async execute(session, input) {
-    const lines = input.lines ?? 100;
-    // One line first for the total; read_file then reads (and records, for the guard) the window.
-    const probe = orFail(await session.backend.read(input.file_path, { offset: 0, limit: 1 }));
-    if (probe.encoding === "binary") return readFile.run(session, { file_path: input.file_path });
-    return readFile.run(session, { file_path: input.file_path, offset: Math.max(0, probe.totalLines - lines), limit: lines });
+    return readLines(session, input.file_path, { tail: input.lines ?? 100 });
   },
 });
 

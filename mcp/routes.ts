@@ -15,9 +15,6 @@
  * one's). A file: route's part of the disk is its directory (`file:DIR/sub`).
  */
 import nodePath from "node:path";
-import { FilesystemBackend } from "../backends/filesystem.js";
-import { StateBackend } from "../backends/state.js";
-import { StoreBackend } from "../backends/store.js";
 import { normalizePath } from "../core/paths.js";
 import { StrataError } from "../core/errors.js";
 import type { Backend } from "../core/protocol.js";
@@ -37,11 +34,16 @@ export async function openRoute(prefix: string, url: string, directory: string):
   const named = url.startsWith("sqlite:") || /^(postgres|postgresql|redis|rediss):\/\//.test(url) ? takeNamespace(prefix, url) : undefined;
   if (named) url = named.url;
   const namespace = named?.namespace ?? normalizePath(prefix).split("/").filter(Boolean);
+  // Each kind's modules load when a route uses it (`strata mcp` reads this module at start).
   const store = async (open: () => Promise<Store>, description: string): Promise<OpenedRoute> => {
+    const { StoreBackend } = await import("../backends/store.js");
     const opened = await open();
     return { backend: new StoreBackend({ store: opened, ...(namespace.length > 0 ? { namespace } : {}) }), description, close: () => opened.close() };
   };
-  if (url === "memory:") return { backend: new StateBackend(), description: "scratch files in memory, gone when the session ends", close: async () => {} };
+  if (url === "memory:") {
+    const { StateBackend } = await import("../backends/state.js");
+    return { backend: new StateBackend(), description: "scratch files in memory, gone when the session ends", close: async () => {} };
+  }
   if (url.startsWith("sqlite:")) {
     const path = nodePath.resolve(directory, url.slice("sqlite:".length));
     const { mkdirSync } = await import("node:fs");
@@ -64,6 +66,7 @@ export async function openRoute(prefix: string, url: string, directory: string):
   }
   if (url.startsWith("file:")) {
     const dir = nodePath.resolve(directory, url.slice("file:".length));
+    const { FilesystemBackend } = await import("../backends/filesystem.js");
     return { backend: new FilesystemBackend({ workspace: dir }), description: `the folder '${nodePath.basename(dir)}'`, close: async () => {} };
   }
   throw new StrataError("invalid_argument", `Route '${prefix}': unknown URL '${redacted(url)}'; use one of ${ROUTE_SCHEMES.join(" ")}`);

@@ -224,7 +224,16 @@ function inside(base: string, dir: string): boolean {
   }
 }
 
+/** Each definition's announcement, built once per process (converting zod schemas to JSON Schema is most of a tools/list). */
+const described = new WeakMap<McpToolDefinition, Tool>();
+
 function describe(tool: McpToolDefinition): Tool {
+  let announced = described.get(tool);
+  if (!announced) described.set(tool, (announced = describeOnce(tool)));
+  return announced;
+}
+
+function describeOnce(tool: McpToolDefinition): Tool {
   const described: Tool = {
     name: tool.name,
     title: titleOf(tool.name),

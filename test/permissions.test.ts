@@ -62,6 +62,31 @@ describe("PermissionPolicy", () => {
   });
 });
 
+  it("actionChecker answers check's action for every path (its directory memo and the literal head/tail shortcut of bare names change nothing)", () => {
+    const rules: PermissionRule[] = [
+      ...SECRETS_PRESET,
+      { action: "ask", operations: ["read", "write"], paths: ["/docs/**", "*.draft", "a*a", "x?z", "[ab]c.txt", "*.{log,tmp}", "lit\\*eral"] },
+      { action: "allow", paths: "**/keep" },
+      { action: "deny", operations: "read", paths: "deep/**/hidden" },
+    ];
+    const names = [".env", ".env.local", "env", "id_rsa", "id_rsa.pub", "key.pem", ".pem", "pem", "a", "aa", "aba", "xyz", "xz", "ac.txt", "cc.txt", "b.log", "c.tmp", "lit*eral", "litXeral", "keep", "hidden", ".ssh", "config", "credentials", "a.draft", "draft"];
+    const dirs = ["", "/docs", "/deep/x", "/.ssh", "/home/.aws", "/p/.git", "/q/.kube", "/src/mod1"];
+    for (const operation of ["read", "write", "delete", "execute"] as const) {
+      for (const root of ["/", "/workspace"]) {
+        const policy = new PermissionPolicy(rules, root);
+        const action = policy.actionChecker(operation);
+        for (const dir of dirs) {
+          for (const name of names) {
+            for (const path of [`${root === "/" ? "" : root}${dir}/${name}`, `${dir}/${name}`, `${dir}/${name}/`]) {
+              expect(action(path), `${operation} ${path} (root ${root})`).toBe(policy.check(operation, path).action);
+            }
+          }
+        }
+        expect(action("/")).toBe(policy.check(operation, "/").action);
+      }
+    }
+  });
+
 describe("withPermissions", () => {
   it("a denied read says which rule denied it; never an empty file", async () => {
     const { backend } = await seeded({ "/.env": "TOKEN=1", "/a.txt": "fine" }, SECRETS_PRESET);

@@ -372,14 +372,14 @@ for (const [kind, create] of Object.entries(kinds)) {
       }
     });
 
-    it("a file that changes between the hash and the window is not recorded as read", async () => {
+    it("the window shown and the hash recorded come from one read: a change right after it makes the next edit stale", async () => {
       const backend = create();
       let raced = false;
       const racing = new Proxy(backend, {
         get(target, key, receiver) {
           const value = Reflect.get(target, key, receiver);
           if (key === "readRaw") {
-            // Someone writes right after the session fetched the whole file, before it reads the window.
+            // Someone writes right after the session fetched the file.
             return async (path: string) => {
               const answer = await target.readRaw(path);
               if (!raced) {
@@ -394,9 +394,9 @@ for (const [kind, create] of Object.entries(kinds)) {
       });
       const tools = toolsFor(racing);
       await backend.write("/r.txt", "original\n");
-      expect(expectOk(await tools.read_file!.call({ file_path: "/r.txt" }))).toContain("changed");
-      expectError(await tools.edit_file!.call({ file_path: "/r.txt", old_string: "changed", new_string: "x" }), /has not been read in this session/);
-      // A read that is not raced records it.
+      expect(expectOk(await tools.read_file!.call({ file_path: "/r.txt" }))).toContain("original");
+      expectError(await tools.edit_file!.call({ file_path: "/r.txt", old_string: "original", new_string: "x" }), /has changed since you last read it/);
+      // Reading it again records the new version.
       expectOk(await tools.read_file!.call({ file_path: "/r.txt" }));
       expectOk(await tools.edit_file!.call({ file_path: "/r.txt", old_string: "changed", new_string: "x" }));
     });

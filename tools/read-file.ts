@@ -1,12 +1,13 @@
 import { z } from "zod";
 import { printable } from "../core/errors.js";
+import { textWindow } from "../core/base.js";
 import { encodeBase64, fileDataBytes, fileDataText } from "../core/filedata.js";
 import { DEFAULT_READ_LIMIT, forEachLine, renderLines } from "../core/format.js";
 import { baseName } from "../core/paths.js";
-import type { FileData, ReadContent } from "../core/types.js";
-import { ToolFailure, defineTool, ok, orFail, type FileBlock, type ImageBlock, type ToolOutput } from "./define.js";
+import { mimeTypeOf } from "../core/mime.js";
+import { defineTool, ok, orFail, type FileBlock, type ImageBlock, type ToolOutput } from "./define.js";
 import { canonicalPath } from "./paths.js";
-import { hashOf, type ToolSession } from "./session.js";
+import type { ToolSession } from "./session.js";
 
 /** Image types shown to the model as image blocks. */
 const IMAGE_TYPES = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"]);
@@ -45,28 +46,61 @@ export const readFile = defineTool({
   inputSchema: readFileSchema,
   selfBudgeted: true,
   async execute(session, input) {
-    const offset = input.offset ?? 0;
-    const limit = input.limit ?? DEFAULT_READ_LIMIT;
-    const held = session.heldResult(canonicalPath(session, input.file_path));
-    if (held !== undefined) return ok(readHeld(session, held, canonicalPath(session, input.file_path), offset, limit));
-    // The whole file first (for the guard's hash), then the window.
-    const before = await session.backend.readRaw(input.file_path);
-    const read = orFail(await session.backend.read(input.file_path, { offset, limit }));
-    if (read.encoding === "binary") return binaryAnswer(session, read.path, read.content, read.mimeType);
-    // A PDF can be all ASCII, so the backend may have read it as text: it is still a document.
-    if (!before.error && read.content.startsWith("%PDF-") && read.offset === 0) {
-      const bytes = fileDataBytes(before.data);
-      if (sniffType(bytes) === "application/pdf") return binaryAnswer(session, read.path, bytes, "application/pdf");
-    }
-    await recordRead(session, read, before.error ? null : before.data);
-    return ok(renderText(session, read.content, read.path, read.offset, read.lineCount, read.totalLines));
+    return readLines(session, input.file_path, { offset: input.offset ?? 0, limit: input.limit ?? DEFAULT_READ_LIMIT });
   },
 });
 
+/** Which lines of a file to answer: a window from an offset, or the last `tail` lines. */
+export type LineWindow = { offset: number; limit: number } | { tail: number };
+
+/**
+ * read_file's answer for a window of a file (read_file_tail's too). The file
+ * is read once, whole: its text gives the window and its bytes the hash the
+ * stale-file guard records, so what the model sees is exactly the version
+ * recorded. A file the backend cannot hand over whole (too large to load at
+ * once) is answered from the native windowed read, and nothing is recorded:
+ * an edit of it asks for a read that can be checked.
+ */
+export async function readLines(session: ToolSession, filePath: string, window: LineWindow): Promise<ToolOutput> {
+  const held = session.heldResult(canonicalPath(session, filePath));
+  if (held !== undefined) return ok(readHeld(session, held, canonicalPath(session, filePath), window));
+  const whole = await session.backend.readRaw(filePath);
+  if (whole.error) return readWindowed(session, filePath, window);
+  const path = whole.path;
+  const text = fileDataText(whole.data);
+  if (text === null) return binaryAnswer(session, path, fileDataBytes(whole.data), mimeTypeOf(path, false));
+  const offset = "tail" in window ? Math.max(0, forEachLine(text, () => undefined) - window.tail) : window.offset;
+  const limit = "tail" in window ? window.tail : window.limit;
+  // A PDF can be all ASCII, so it decodes as text: it is still a document.
+  if (offset === 0 && text.startsWith("%PDF-")) {
+    const bytes = fileDataBytes(whole.data);
+    if (sniffType(bytes) === "application/pdf") return binaryAnswer(session, path, bytes, "application/pdf");
+  }
+  const { lines, totalLines } = textWindow(text, path, offset, limit);
+  await session.remember(path, whole.data);
+  return ok(renderText(session, lines, path, offset, totalLines));
+}
+
+/** The native windowed read, for a file `readRaw` cannot hand over whole; nothing is recorded for the guard. */
+async function readWindowed(session: ToolSession, filePath: string, window: LineWindow): Promise<ToolOutput> {
+  let offset = 0;
+  let limit = DEFAULT_READ_LIMIT;
+  if ("tail" in window) {
+    // One line first for the total.
+    const probe = orFail(await session.backend.read(filePath, { offset: 0, limit: 1 }));
+    if (probe.encoding === "utf-8") [offset, limit] = [Math.max(0, probe.totalLines - window.tail), window.tail];
+  } else {
+    [offset, limit] = [window.offset, window.limit];
+  }
+  const read = orFail(await session.backend.read(filePath, { offset, limit }));
+  if (read.encoding === "binary") return binaryAnswer(session, read.path, read.content, read.mimeType);
+  session.forget(read.path);
+  return ok(renderText(session, read.lineCount === 0 ? [] : read.content.split("\n"), read.path, read.offset, read.totalLines));
+}
+
 /** The numbered window with its footer, held to the budget by stopping at a line (never evicted: the file is already there). */
-function renderText(session: ToolSession, content: string, path: string, offset: number, lineCount: number, totalLines: number): string {
+function renderText(session: ToolSession, lines: readonly string[], path: string, offset: number, totalLines: number): string {
   if (totalLines === 0) return `'${printable(path)}' exists but is empty (0 lines).`;
-  const lines = lineCount === 0 ? [] : content.split("\n");
   // Leave room for the footer; a single line is always shown (renderLines cuts it to 2000 characters).
   const room = session.maxOutputChars - 200;
   let used = 0;
@@ -87,37 +121,6 @@ function renderText(session: ToolSession, content: string, path: string, offset:
     footer += " (end of file).]";
   }
   return `${body}\n\n${footer}`;
-}
-
-/**
- * Records the hash of the whole file for the stale-file guard. The whole
- * file came from `readRaw` just before the window came from `read`; when the
- * window is not what that text holds at its offset, a second `readRaw` tells
- * a file that changed in between (nothing is recorded, so a later edit asks
- * for a fresh read instead of trusting a mixed view) from one the backend
- * merely splits differently (recorded: the file did not change).
- */
-async function recordRead(session: ToolSession, read: Extract<ReadContent, { encoding: "utf-8" }>, whole: FileData | null): Promise<void> {
-  if (whole === null) {
-    session.forget(read.path);
-    return;
-  }
-  const text = fileDataText(whole);
-  if (text !== null && windowMatches(text, read.offset, read.lineCount, read.content, read.totalLines)) {
-    await session.remember(read.path, whole);
-    return;
-  }
-  const after = await session.backend.readRaw(read.path);
-  if (!after.error && (await hashOf(after.data)) === (await hashOf(whole))) await session.remember(read.path, whole);
-  else session.forget(read.path);
-}
-
-function windowMatches(text: string, offset: number, lineCount: number, content: string, totalLines: number): boolean {
-  const window: string[] = [];
-  const total = forEachLine(text, (line, index) => {
-    if (index >= offset && index < offset + lineCount) window.push(line);
-  });
-  return total === totalLines && (lineCount === 0 ? content === "" : window.join("\n") === content);
 }
 
 async function binaryAnswer(session: ToolSession, path: string, bytes: Uint8Array, mimeType: string): Promise<ToolOutput> {
@@ -164,13 +167,10 @@ function looksLikeText(bytes: Uint8Array): boolean {
 }
 
 /** An evicted result this session keeps in memory, paged like a file (it never changes, so nothing is recorded for the guard). */
-function readHeld(session: ToolSession, text: string, path: string, offset: number, limit: number): string {
-  const window: string[] = [];
-  const total = forEachLine(text, (line, index) => {
-    if (index >= offset && index < offset + limit) window.push(line);
-  });
-  if (offset > 0 && offset >= total) throw new ToolFailure(`Line offset ${offset} exceeds the length of '${printable(path)}' (${total} lines)`);
-  return renderText(session, window.join("\n"), path, offset, window.length, total).replace(/\.\]$/, ". This result is kept in this session's memory, not in the workspace.]");
+function readHeld(session: ToolSession, text: string, path: string, window: LineWindow): string {
+  const offset = "tail" in window ? Math.max(0, forEachLine(text, () => undefined) - window.tail) : window.offset;
+  const { lines, totalLines } = textWindow(text, path, offset, "tail" in window ? window.tail : window.limit);
+  return renderText(session, lines, path, offset, totalLines).replace(/\.\]$/, ". This result is kept in this session's memory, not in the workspace.]");
 }
 
 /** The image or PDF type from the file's first bytes, so a misnamed file is still shown. */

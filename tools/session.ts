@@ -25,7 +25,7 @@
  *   read_file pages it from there.
  */
 import { StrataError, printable } from "../core/errors.js";
-import { fileDataBytes } from "../core/filedata.js";
+import { fileDataBytes, fileDataText } from "../core/filedata.js";
 import { isWithin, joinPath, normalizePath } from "../core/paths.js";
 import { isSandbox, type Backend, type Sandbox } from "../core/protocol.js";
 import type { FileData } from "../core/types.js";
@@ -390,9 +390,22 @@ function safeName(tool: string): string {
   return tool.replace(/[^A-Za-z0-9_.-]/g, "_").slice(0, 64) || "tool";
 }
 
-/** SHA-256 of the file's bytes (Web Crypto, global in Node 20 and every browser), hex. */
+/** Node's hashing, where the runtime offers it (Node 20.16+, read without a `node:` import so the tools still load in a browser). */
+interface NodeCrypto {
+  createHash(algorithm: "sha256"): { update(data: Uint8Array | string): { digest(encoding: "hex"): string } };
+}
+const nodeCrypto = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process?.getBuiltinModule?.("node:crypto") as NodeCrypto | undefined;
+
+/**
+ * SHA-256 of the file's bytes, hex. Node's hash runs in this thread at once
+ * (a file the model reads is small; Web Crypto's round trip through the
+ * thread pool costs more than hashing it); elsewhere Web Crypto, global in
+ * every browser. Text is hashed as its UTF-8 bytes either way.
+ */
 export async function hashOf(data: FileData | Uint8Array | string): Promise<string> {
-  const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data instanceof Uint8Array ? data : fileDataBytes(data);
+  const input = typeof data === "string" || data instanceof Uint8Array ? data : (fileDataText(data) ?? fileDataBytes(data));
+  if (nodeCrypto) return nodeCrypto.createHash("sha256").update(input).digest("hex");
+  const bytes = typeof input === "string" ? new TextEncoder().encode(input) : input;
   const digest = await crypto.subtle.digest("SHA-256", bytes as Uint8Array<ArrayBuffer>);
   let hex = "";
   for (const byte of new Uint8Array(digest)) hex += byte.toString(16).padStart(2, "0");
