@@ -63,16 +63,18 @@ const DELETE_BATCH = 2000;
 
 /**
  * Text records larger than this (bytes) are not split into trigrams: Lua
- * splits about 15 MB a second, so a bigger text would hold the server for
+ * splits 5 to 15 MB a second, so a bigger text would hold the server for
  * longer than a write should. They are listed apart (tb) and verified by
  * every indexed search instead.
  */
 const INDEX_MAX = 64 * 1024;
+/** Records a trigram's id set holds before it becomes a bitmap: Redis keeps sets this small as compact intsets. */
+const SPARSE_MAX = 512;
 /** Trigrams of a needle sent to the index at most (any subset of them still finds every match). */
 const MAX_TRIGRAMS = 64;
 /** Keys indexed per BUILD call, and content bytes read per call at most. */
 const BUILD_BATCH = 1000;
-const BUILD_BYTES = 1024 * 1024;
+const BUILD_BYTES = 256 * 1024;
 
 /**
  * Shared by every script. ARGV[1] is the namespace's key base. Each file key
@@ -110,23 +112,77 @@ local function trigrams(text)
   end
   return set
 end
-local function tri_add(code, id)
-  redis.call("SETBIT", B .. "t:" .. code, id, 1)
-  redis.call("HINCRBY", B .. "tc", code, 1)
-end
-local function tri_remove(code, id)
-  if redis.call("HINCRBY", B .. "tc", code, -1) <= 0 then
-    redis.call("HDEL", B .. "tc", code)
-    redis.call("DEL", B .. "t:" .. code)
-  else
-    redis.call("SETBIT", B .. "t:" .. code, id, 0)
+-- A trigram's ids are a set (an intset: 2 to 4 bytes an id) while at most
+-- ${SPARSE_MAX} records hold it, else a bitmap (one bit per id up to the highest):
+-- rare trigrams stay small, common ones cost a bit per record.
+local function bitmap_ids(bits)
+  local ids, byte, band = {}, string.byte, bit.band
+  local masks = { 128, 64, 32, 16, 8, 4, 2, 1 }
+  for i = 1, #bits do
+    local b = byte(bits, i)
+    if b ~= 0 then
+      for j = 1, 8 do
+        if band(b, masks[j]) ~= 0 then ids[#ids + 1] = (i - 1) * 8 + j - 1 end
+      end
+    end
   end
+  return ids
+end
+-- Calls through unpack in slices: Lua's C stack takes a few thousand values at most.
+local function sliced(command, key, values)
+  for first = 1, #values, 1000 do redis.call(command, key, unpack(values, first, math.min(first + 999, #values))) end
+end
+-- Adds id to the trigrams in added and removes it from those in removed.
+-- The counts are read and written in one call each, so a write costs one
+-- call per trigram it changes (the redis.call, not the Lua, is the cost).
+local function update_trigrams(id, added, removed)
+  local codes = {}
+  for _, code in ipairs(added) do codes[#codes + 1] = code end
+  for _, code in ipairs(removed) do codes[#codes + 1] = code end
+  if #codes == 0 then return end
+  local counts = {}
+  for first = 1, #codes, 1000 do
+    for _, n in ipairs(redis.call("HMGET", B .. "tc", unpack(codes, first, math.min(first + 999, #codes)))) do counts[#counts + 1] = n end
+  end
+  local kept, gone = {}, {}
+  for i, code in ipairs(codes) do
+    local key = B .. "t:" .. code
+    local n = tonumber(counts[i] or "0")
+    if i <= #added then
+      n = n + 1
+      if n <= ${SPARSE_MAX} then redis.call("SADD", key, id) else
+        if n == ${SPARSE_MAX} + 1 then
+          local ids = redis.call("SMEMBERS", key)
+          redis.call("DEL", key)
+          for _, other in ipairs(ids) do redis.call("SETBIT", key, other, 1) end
+        end
+        redis.call("SETBIT", key, id, 1)
+      end
+    else
+      n = n - 1
+      if n <= 0 then redis.call("DEL", key)
+      elseif n < ${SPARSE_MAX} then redis.call("SREM", key, id)
+      else
+        redis.call("SETBIT", key, id, 0)
+        if n == ${SPARSE_MAX} then
+          local ids = bitmap_ids(redis.call("GET", key) or "")
+          redis.call("DEL", key)
+          sliced("SADD", key, ids)
+        end
+      end
+    end
+    if n > 0 then kept[#kept + 1] = code; kept[#kept + 1] = n else gone[#gone + 1] = code end
+  end
+  sliced("HSET", B .. "tc", kept)
+  sliced("HDEL", B .. "tc", gone)
 end
 -- Takes a key out of the index; old is the text its bits were set from.
 local function unindex_text(key, old)
   local id = redis.call("HGET", B .. "ti", key)
   if id then
-    for code in pairs(trigrams(old or "")) do tri_remove(code, id) end
+    local removed = {}
+    for code in pairs(trigrams(old or "")) do removed[#removed + 1] = code end
+    update_trigrams(id, {}, removed)
     redis.call("HDEL", B .. "ti", key)
     redis.call("HDEL", B .. "tk", id)
     redis.call("RPUSH", B .. "tf", id)
@@ -150,9 +206,10 @@ local function index_text(key, old, encoding, text)
     redis.call("HSET", B .. "ti", key, id)
     redis.call("HSET", B .. "tk", id, key)
   end
-  local after = trigrams(text)
-  for code in pairs(before) do if not after[code] then tri_remove(code, id) end end
-  for code in pairs(after) do if not before[code] then tri_add(code, id) end end
+  local after, added, removed = trigrams(text), {}, {}
+  for code in pairs(before) do if not after[code] then removed[#removed + 1] = code end end
+  for code in pairs(after) do if not before[code] then added[#added + 1] = code end end
+  update_trigrams(id, added, removed)
 end
 -- The record of a key for its next write: the text its index bits came from.
 local function indexed_text(key)
@@ -369,25 +426,29 @@ local function take(key)
   if string.sub(key, 1, #prefix) == prefix then out[#out + 1] = key end
 end
 if not absent then
+  -- The rarest first: a set is walked and each id tested against the others; bitmaps alone are ANDed.
   table.sort(ranked, function(a, b) return a[1] < b[1] end)
-  local sources = {}
-  for i = 1, math.min(4, #ranked) do sources[#sources + 1] = B .. "t:" .. ranked[i][2] end
-  local bits
-  if #sources == 1 then bits = redis.call("GET", sources[1]) else
-    redis.call("BITOP", "AND", B .. "tq", unpack(sources))
-    bits = redis.call("GET", B .. "tq")
-    redis.call("DEL", B .. "tq")
-  end
-  local ids = {}
-  local byte, band = string.byte, bit.band
-  local masks = { 128, 64, 32, 16, 8, 4, 2, 1 }
-  for i = 1, #(bits or "") do
-    local b = byte(bits, i)
-    if b ~= 0 then
-      for j = 1, 8 do
-        if band(b, masks[j]) ~= 0 then ids[#ids + 1] = (i - 1) * 8 + j - 1 end
+  local chosen = {}
+  for i = 1, math.min(4, #ranked) do chosen[i] = { ranked[i][1], B .. "t:" .. ranked[i][2] } end
+  local ids
+  if chosen[1][1] <= ${SPARSE_MAX} then
+    ids = {}
+    for _, id in ipairs(redis.call("SMEMBERS", chosen[1][2])) do
+      local all = true
+      for i = 2, #chosen do
+        local has = chosen[i][1] <= ${SPARSE_MAX} and redis.call("SISMEMBER", chosen[i][2], id) or redis.call("GETBIT", chosen[i][2], id)
+        if has == 0 then all = false; break end
       end
+      if all then ids[#ids + 1] = id end
     end
+  elseif #chosen == 1 then
+    ids = bitmap_ids(redis.call("GET", chosen[1][2]) or "")
+  else
+    local sources = {}
+    for i, c in ipairs(chosen) do sources[i] = c[2] end
+    redis.call("BITOP", "AND", B .. "tq", unpack(sources))
+    ids = bitmap_ids(redis.call("GET", B .. "tq") or "")
+    redis.call("DEL", B .. "tq")
   end
   for first = 1, #ids, 1000 do
     local keys = redis.call("HMGET", B .. "tk", unpack(ids, first, math.min(first + 999, #ids)))
@@ -506,12 +567,13 @@ const SCRIPTS = {
  * returning only matching records. A needle of 3 bytes or more examines only
  * the candidates of a trigram index, kept by the same scripts as every write:
  * per namespace, each text record gets a small integer id (`ti`/`tk`), and each
- * byte trigram a bitmap of the ids holding it (`t:<code>`) with a count of them
- * (`tc`); a search ANDs the bitmaps of the needle's rarest trigrams. Texts over
+ * byte trigram the ids holding it (`t:<code>`: a set while few, a bitmap once
+ * common) with a count of them (`tc`); a search intersects the id sets of the
+ * needle's rarest trigrams. Texts over
  * INDEX_MAX are listed apart (`tb`) and always examined. A namespace written
  * before the index existed (no `x` key) is indexed by its first search, in
- * short calls. Memory is about one bit per (trigram, id) pair up to the
- * highest id: a bitmap is as long as its highest id.
+ * short calls. Memory: 2 to 4 bytes per (rare trigram, record) pair, and for
+ * each common trigram one bit per id up to the highest id.
  */
 export class RedisStore implements Store {
   /** The ioredis client underneath (the store's own, or the one given as `client`): the escape hatch to the engine. */

@@ -160,6 +160,23 @@ describe("RedisStore: the trigram index agrees with a plain scan", () => {
     );
   }, 120_000);
 
+  it("keeps matches while a trigram's ids turn from a set into a bitmap and back (over 512 records)", async () => {
+    const ns = ["dense"];
+    try {
+      const entries = Array.from({ length: 530 }, (_, i) => [`/f/${String(i).padStart(3, "0")}.txt`, fileDataFromText(`common ${i % 7 === 0 ? "seventh" : "other"} ${i}\n`)] as const);
+      await stores[0].putMany(ns, entries);
+      for (const n of ["common", "seventh", "other 52", "n 5"]) expect(await searched(stores[0], ns, n, "/")).toEqual(await scan(stores[0], ns, n, "/"));
+      // Down through the threshold (530 -> 500 holders of "common"), with overwrites that drop and regain it.
+      for (let i = 0; i < 30; i++) await stores[1].delete(ns, entries[i * 3]![0]);
+      for (let i = 1; i < 40; i += 3) await stores[0].put(ns, entries[i]![0], fileDataFromText(`rare ${i}\n`));
+      for (const n of ["common", "seventh", "rare", "other 52", "n 5"]) expect(await searched(stores[0], ns, n, "/")).toEqual(await scan(stores[0], ns, n, "/"));
+      for (let i = 1; i < 40; i += 3) await stores[1].put(ns, entries[i]![0], entries[i]![1]);
+      for (const n of ["common", "seventh", "rare", "other 5"]) expect(await searched(stores[0], ns, n, "/f/")).toEqual(await scan(stores[0], ns, n, "/f/"));
+    } finally {
+      await stores[0].deleteTree(ns, "/");
+    }
+  }, 60_000);
+
   it("finds text too large to index, skips binary records, and leaves no index keys once a namespace is emptied", async () => {
     const ns = ["large"];
     const big = `${"x".repeat(200 * 1024)}needle\n`;
