@@ -116,6 +116,8 @@ interface CompiledRule {
   rule: PermissionRule;
   operations: ReadonlySet<PermissionOperation>;
   matchers: Matcher[] | null;
+  /** The pattern matching a directory or one of its ancestors ("" for none), per directory: a listing asks for every file of a few directories. */
+  above: Map<string, string>;
 }
 
 /**
@@ -164,7 +166,7 @@ export class PermissionPolicy {
     for (const c of this.compiled) {
       // Only a stronger action can change the verdict (the first rule of an action is the one named).
       if (!c.operations.has(operation) || (best.rule && STRENGTH[c.rule.action] <= STRENGTH[best.action])) continue;
-      const pattern = c.matchers === null ? "**" : matchedPattern(c.matchers, target, ancestors);
+      const pattern = c.matchers === null ? "**" : matchedPattern(c, target, ancestors);
       if (pattern === undefined) continue;
       best = { action: c.rule.action, rule: c.rule, pattern };
     }
@@ -187,12 +189,21 @@ export class PermissionPolicy {
   }
 }
 
-function matchedPattern(matchers: Matcher[], path: string, ancestors: boolean): string | undefined {
-  // The path and each ancestor: a rule on a directory covers what lies under it.
-  for (let p = path; ; p = parentOf(p)) {
-    for (const m of matchers) if (m.test(p)) return m.pattern;
-    if (p === "/" || !ancestors) return undefined;
+/** Directories whose ancestor answer a rule keeps (then it starts afresh). */
+const ANCESTOR_CACHE = 4096;
+
+function matchedPattern(c: CompiledRule, path: string, ancestors: boolean): string | undefined {
+  for (const m of c.matchers!) if (m.test(path)) return m.pattern;
+  if (path === "/" || !ancestors) return undefined;
+  // Each ancestor: a rule on a directory covers what lies under it. The tests are pure, so a directory's answer is kept.
+  const dir = parentOf(path);
+  let above = c.above.get(dir);
+  if (above === undefined) {
+    above = matchedPattern(c, dir, true) ?? "";
+    if (c.above.size >= ANCESTOR_CACHE) c.above.clear();
+    c.above.set(dir, above);
   }
+  return above === "" ? undefined : above;
 }
 
 interface Matcher {
@@ -207,8 +218,18 @@ const BASENAME_CACHE = 4096;
 function basenameTest(pattern: string): (path: string) => boolean {
   const test = compileGlob(pattern, "/");
   const seen = new Map<string, boolean>();
+  // The literal text before the first and after the last special character: a name lacking either
+  // cannot match, and most names (`*.pem`, `.env*`) are ruled out with two comparisons, no regex, no cache.
+  const special = /[*?[\]{}\\!()|+@]/;
+  const first = pattern.search(special);
+  const prefix = first === -1 ? pattern : pattern.slice(0, first);
+  let last = pattern.length;
+  while (last > 0 && !special.test(pattern[last - 1]!)) last--;
+  const suffix = first === -1 ? "" : pattern.slice(last);
   return (path) => {
-    const name = path.slice(path.lastIndexOf("/") + 1);
+    const slash = path.lastIndexOf("/");
+    if (!path.startsWith(prefix, slash + 1) || !path.endsWith(suffix) || path.length - slash - 1 < prefix.length + suffix.length) return false;
+    const name = path.slice(slash + 1);
     let answer = seen.get(name);
     if (answer === undefined) {
       if (seen.size >= BASENAME_CACHE) seen.clear();
@@ -243,7 +264,7 @@ function compileRule(rule: PermissionRule, index: number, root: string): Compile
       }
     }
   }
-  return { rule, operations: new Set(ops as PermissionOperation[]), matchers };
+  return { rule, operations: new Set(ops as PermissionOperation[]), matchers, above: new Map() };
 }
 
 /**
