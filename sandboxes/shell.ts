@@ -377,19 +377,20 @@ export const GREP_RIPGREP = `rg_done=
 rg_batch() {
   S=$(wc -c -- "$@" 2>/dev/null)
   rg_small=
+  rg_sizes=
   while IFS= read -r line && [ $# -gt 0 ]; do
     line=\${line#"\${line%%[! ]*}"}
     s=\${line%% *}
     case $s in ''|*[!0-9]*) s=0;; esac
-    if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then rg_small="$rg_small$1$NL"; else emit "$1"; fi
+    if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then rg_small="$rg_small$1$NL"; rg_sizes="$rg_sizes$s$NL"; else emit "$1"; fi
     shift
   done <<STRATA_S
 $S
 STRATA_S
   [ -n "$rg_small" ] || return 0
   set -- $rg_small
-  printf 'B'; printf '%s\\n' "$@"; printf '\\000'
-  wc -c -- "$@"; printf '\\000'
+  # The sizes counted above, before cat reads the files: a file changed in between shows as a torn batch.
+  printf 'B'; printf '%s\\n' "$@"; printf '\\000%s\\000' "$rg_sizes"
   cat -- "$@" | base64; printf '\\000'
 }
 if command -v rg >/dev/null 2>&1; then
