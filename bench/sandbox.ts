@@ -679,11 +679,20 @@ export const sandboxGroup: BenchGroup = {
             reps: ctx.reps,
             name: `literal grep through the sandbox, ${tree}, ${name}`,
             strata: { name: `Strata ${name}`, run: async () => (await seed.grep(TREE_NEEDLE, searchRoot)).matches.length },
-            peers: [{ name: "deepagents LocalShellBackend", run: async () => (await hostBackend.grep(TREE_NEEDLE, "/")).matches?.length ?? -1 }],
+            peers: [
+              { name: "deepagents LocalShellBackend", run: async () => (await hostBackend.grep(TREE_NEEDLE, "/")).matches?.length ?? -1 },
+              {
+                name: "rg in the same sandbox",
+                // The command a caller would run through execute: one rg over the workspace (the commands' working directory), lines counted.
+                run: async () => Number(unwrap(await sandbox.execute(`rg -F -n --hidden --no-ignore -- ${shellQuote(TREE_NEEDLE)} . | wc -l`)).output.trim()),
+              },
+            ],
+            target: { kind: "ratio", peer: "rg in the same sandbox", min: 1 / 1.2, text: "within 1.2× of rg in the sandbox" },
             notes: [
               "Strata's sandboxes derive grep and glob from a shell script run inside the sandbox (the same in bubblewrap, " +
                 "Docker or over SSH); deepagents' LocalShellBackend searches from the host process (rg, fast-glob), which " +
-                "only works when the sandbox is the host.",
+                "only works when the sandbox is the host. Where the sandbox has rg (both rows here), the script asks it for " +
+                "the candidate files; the rg row is `rg -F -n` run through execute in the same sandbox.",
             ],
           }),
           await compare({
@@ -701,3 +710,4 @@ export const sandboxGroup: BenchGroup = {
     }
   },
 };
+

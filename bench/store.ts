@@ -32,6 +32,7 @@ import { toSeedProtocol } from "../core/seed.js";
 import type { FileData } from "../core/types.js";
 import { MemoryStore } from "../stores/memory.js";
 import { PostgresStore } from "../stores/postgres.js";
+import { RedisStore } from "../stores/redis.js";
 import { SqliteStore } from "../stores/sqlite.js";
 import type { Namespace, Store } from "../stores/store.js";
 import { type BenchGroup, type CaseResult, type Contender, type GroupContext, type Target, cached, checkCounts, compare } from "./harness.js";
@@ -294,6 +295,7 @@ export const storeGroup: BenchGroup = {
       );
       results.push(...(await hundredThousand(ctx, this.name)));
       results.push(...(await million(ctx, this.name)));
+      results.push(...(await redisIndex(ctx, this.name)));
       return results;
     } finally {
       for (const stores of all) await stores.close();
@@ -432,6 +434,119 @@ async function million(ctx: GroupContext, group: string): Promise<CaseResult[]> 
     }
   } finally {
     for (const { store } of engines) await store.close();
+  }
+  return results;
+}
+
+/** Bytes Redis holds (MEMORY USAGE) for a namespace's keys, split into the trigram index and the rest. */
+async function redisMemory(store: RedisStore, base: string): Promise<{ index: number; rest: number }> {
+  const sizes = { index: 0, rest: 0 };
+  // SCAN takes a glob, and a namespace's base holds brackets: escape them.
+  const match = `${base.replace(/[[\]*?\\]/g, (c) => `\\${c}`)}*`;
+  let cursor = "0";
+  do {
+    const [next, keys] = await store.client.scan(cursor, "MATCH", match, "COUNT", 1000);
+    cursor = next;
+    for (const key of keys) {
+      const bytes = Number(await store.client.memory("USAGE", key)) || 0;
+      if (/^(x|ti|tk|tn|tf|tb|tc|t:\d+)$/.test(key.slice(base.length))) sizes.index += bytes;
+      else sizes.rest += bytes;
+    }
+  } while (cursor !== "0");
+  return sizes;
+}
+
+/** Removes a namespace's trigram index, leaving it as a namespace written before the index existed (its writes then skip the index). */
+async function forgetRedisIndex(store: RedisStore, base: string): Promise<void> {
+  const match = `${base.replace(/[[\]*?\\]/g, (c) => `\\${c}`)}*`;
+  let cursor = "0";
+  do {
+    const [next, keys] = await store.client.scan(cursor, "MATCH", match, "COUNT", 1000);
+    cursor = next;
+    const index = keys.filter((key) => /^(x|ti|tk|tn|tf|tb|tc|t:\d+)$/.test(key.slice(base.length)));
+    if (index.length > 0) await store.client.del(...index);
+  } while (cursor !== "0");
+}
+
+/**
+ * RedisStore's trigram index: grep over 1M lines against the < 50 ms target,
+ * and what the index costs: 2000 small writes into an indexed namespace
+ * against a namespace without it, the one-time build over records written
+ * before it, and the memory it holds beside the records'.
+ */
+export async function redisIndex(ctx: GroupContext, group: string): Promise<CaseResult[]> {
+  const url = process.env.STRATA_REDIS_URL;
+  if (!url) {
+    ctx.log("STRATA_REDIS_URL is not set (source .services/env): Redis rows left out");
+    return [];
+  }
+  const files = ctx.quick ? 1000 : 10_000;
+  const linesLabel = `${(files * LINES_PER_FILE) / 1e6}M lines`;
+  const store = new RedisStore({ url, keyPrefix: "strata-bench:" });
+  const base = (ns: Namespace) => `strata-bench:{${JSON.stringify(ns)}}:`;
+  const results: CaseResult[] = [];
+  try {
+    const lines: Namespace = ["bench", `lines-${files}`];
+    if (!(await store.get(lines, "/.loaded"))) {
+      ctx.log(`loading ${files} files × ${LINES_PER_FILE} lines into Redis (once, while the server keeps them)`);
+      await inBatches(files, 500, lineEntry, (batch) => store.putMany(lines, batch));
+      await store.put(lines, "/.loaded", fileDataFromText("complete\n"));
+    }
+    // The one-time build, as a namespace written before the index gets on its first search.
+    const older: Namespace = ["bench", `lines-${files}-older`];
+    await store.deleteTree(older, "/");
+    await inBatches(files, 500, lineEntry, (batch) => store.putMany(older, batch));
+    await forgetRedisIndex(store, base(older));
+    const t0 = performance.now();
+    for await (const item of store.search(older, RARE, "/")) void item;
+    const buildMs = performance.now() - t0;
+    await store.deleteTree(older, "/");
+    const memory = await redisMemory(store, base(lines));
+    const mib = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+    const backend = new StoreBackend({ store, namespace: lines });
+    results.push(
+      await compare({
+        group,
+        reps: ctx.reps,
+        name: `literal grep over ${linesLabel} (${files / 1000}k files × ${LINES_PER_FILE} lines, ${Math.ceil(files / 2000)} hold the word), StoreBackend over Redis`,
+        notes: [
+          `Trigram index: ${mib(memory.index)} beside ${mib(memory.rest)} of records (MEMORY USAGE of the namespace's keys). ` +
+            `Built for records written before it, on the first search: ${Math.round(buildMs)} ms for ${files} files.`,
+        ],
+        strata: { name: "Strata StoreBackend + RedisStore", run: async () => unwrap(await backend.grep(RARE, { path: "/" })).matches.length },
+        peers: [],
+        target: { kind: "absolute", maxMs: 50, text: "< 50 ms" },
+      }),
+    );
+    // Small writes, each to a new key, into a namespace that keeps the index and into one that does not.
+    const count = ctx.quick ? 500 : 2000;
+    const indexed: Namespace = ["bench", "writes-indexed"];
+    const plain: Namespace = ["bench", "writes-plain"];
+    for (const ns of [indexed, plain]) await store.deleteTree(ns, "/");
+    await store.put(plain, "/seed", fileDataFromText("seed\n"));
+    await forgetRedisIndex(store, base(plain));
+    const writer = (ns: Namespace): (() => Promise<number>) => {
+      let run = 0;
+      return async () => {
+        const dir = `/w${run++}`;
+        for (let i = 0; i < count; i++) await store.put(ns, `${dir}/f${i}.txt`, fileDataFromText(`small file ${i} of run ${run}: hello world\n`));
+        return count;
+      };
+    };
+    const writes = await compare({
+      group,
+      reps: ctx.reps,
+      name: `${count} small writes into Redis, trigram index kept vs not`,
+      notes: ["The peer is the same RedisStore writing into a namespace from before the index (its writes skip it): the ratio is the index's cost on writes."],
+      strata: { name: "RedisStore, index kept", run: writer(indexed) },
+      peers: [{ name: "RedisStore, no index", run: writer(plain) }],
+      maxSamples: 5,
+    });
+    const writeMemory = await redisMemory(store, base(indexed));
+    results.push({ ...writes, notes: [...(writes.notes ?? []), `After the runs: index ${mib(writeMemory.index)} beside ${mib(writeMemory.rest)} of records.`] });
+    for (const ns of [indexed, plain]) await store.deleteTree(ns, "/");
+  } finally {
+    await store.close();
   }
   return results;
 }

@@ -278,7 +278,7 @@ function globTest(pattern: string, root: string): (path: string) => boolean {
 }
 
 /** Characters with a meaning in a glob: a pattern's text before the first (and after the last) is matched literally. */
-const GLOB_SYNTAX = /[*?[\]{}\\]/;
+const GLOB_SYNTAX = /[*?[\]{}\\!()|+@]/;
 
 /**
  * A basename pattern's test. Most names fail the pattern's literal head or

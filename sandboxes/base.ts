@@ -63,6 +63,7 @@ import {
   STAT_BATCH,
   GREP_SMALL_BATCH,
   GREP_EMIT,
+  GREP_RIPGREP,
   parseStatBatches,
   fileInfo,
   parseGrepLines,
@@ -1012,7 +1013,8 @@ if mkdir ${recursive ? "-p " : ""}-- "$P"; then echo ok; else echo mkdirfailed; 
 
   /**
    * The shell finds the files under the search directory that contain the
-   * pattern (`grep -F -l`, batched by `find`) and sends them: files up to
+   * pattern (one `rg -l -F` where the sandbox has ripgrep, see GREP_RIPGREP;
+   * else `grep -F -l`, batched by `find`) and sends them: files up to
    * 1 MiB whole (one `wc -c` and one `cat` per batch, not a process per
    * file), so core's `grepText` decides lines and binary-ness exactly; bigger
    * files as `grep -n` lines after a NUL check. The glob filter, sorting and
@@ -1044,6 +1046,8 @@ NL='
 '
 ${GREP_EMIT}
 echo ok
+${GREP_RIPGREP}
+[ -n "$rg_done" ] && exit 0
 find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(GREP_SMALL_BATCH)} sh {} +
 find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f ! -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(`grep -l -F -f - -- "$@" <<STRATA_P\n$STRATA_PATTERN\nSTRATA_P`)} sh {} + | while IFS= read -r f; do emit "$f"; done
 find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do\n  grep -q -F -f - -- "$f" <<STRATA_P && emit "$f"\n$STRATA_PATTERN\nSTRATA_P\ndone`)} sh {} +`,

@@ -361,6 +361,63 @@ $STRATA_PATTERN
 STRATA_P
 }`;
 
+/**
+ * grep's fast path where the sandbox has ripgrep: one rg -l -F (parallel,
+ * one walk) proposes the files, which are then reported exactly as the POSIX
+ * path reports them (small files whole in B records, big ones through emit),
+ * so core's grepText still decides every line and binary-ness. rg is only
+ * asked for a literal, reads its pattern from a here-document, sees hidden
+ * and ignored files (--hidden, --no-ignore, no config) and raw bytes
+ * (-E none), and skips the internal names as find prunes them. rg lists
+ * names NUL-terminated and tr swaps NUL and newline, so a name holding a
+ * newline (or byte 1) shows as byte 1 and is left to a find over such names
+ * only. Expects R, NL and emit(); sets rg_done when rg answered (status 0
+ * or 1); otherwise (no rg, or rg failed) the caller runs the POSIX path.
+ */
+export const GREP_RIPGREP = `rg_done=
+rg_batch() {
+  S=$(wc -c -- "$@" 2>/dev/null)
+  rg_small=
+  rg_sizes=
+  while IFS= read -r line && [ $# -gt 0 ]; do
+    line=\${line#"\${line%%[! ]*}"}
+    s=\${line%% *}
+    case $s in ''|*[!0-9]*) s=0;; esac
+    if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then rg_small="$rg_small$1$NL"; rg_sizes="$rg_sizes$s$NL"; else emit "$1"; fi
+    shift
+  done <<STRATA_S
+$S
+STRATA_S
+  [ -n "$rg_small" ] || return 0
+  set -- $rg_small
+  # The sizes counted above, before cat reads the files: a file changed in between shows as a torn batch.
+  printf 'B'; printf '%s\\n' "$@"; printf '\\000%s\\000' "$rg_sizes"
+  cat -- "$@" | base64; printf '\\000'
+}
+if command -v rg >/dev/null 2>&1; then
+  SOH=$(printf '\\001')
+  L=$( (rg --files-with-matches --null --fixed-strings --hidden --no-ignore --no-config --no-messages -E none -g '!.strata-tmp-*' -g '!.strata-lock-*' -f - -- "$R" <<STRATA_P
+$STRATA_PATTERN
+STRATA_P
+printf '\\000%s' "$?") | tr '\\n\\000' '\\001\\n')
+  rc=\${L##*"$NL"}
+  if [ "$rc" = 0 ] || [ "$rc" = 1 ]; then
+    rg_done=1
+    case $L in *"$NL"*) L=\${L%"$NL"*};; *) L=;; esac
+    rg_odd=
+    set -f
+    IFS=$NL
+    set --
+    for f in $L; do
+      case $f in *"$SOH"*) rg_odd=1; continue;; esac
+      set -- "$@" "$f"
+      if [ $# -ge 500 ]; then rg_batch "$@"; set --; fi
+    done
+    [ $# -eq 0 ] || rg_batch "$@"
+    [ -z "$rg_odd" ] || find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f \\( -path "*$NL*" -o -path "*$SOH*" \\) -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do\n  grep -q -F -f - -- "$f" <<STRATA_P && emit "$f"\n$STRATA_PATTERN\nSTRATA_P\ndone`)} sh {} +
+  fi
+fi`;
+
 export interface StatEntry {
   name: string;
   isDir: boolean;

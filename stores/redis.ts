@@ -62,6 +62,21 @@ const SEARCH_BYTES = 4 * 1024 * 1024;
 const DELETE_BATCH = 2000;
 
 /**
+ * Text records larger than this (bytes) are not split into trigrams: Lua
+ * splits 5 to 15 MB a second, so a bigger text would hold the server for
+ * longer than a write should. They are listed apart (tb) and verified by
+ * every indexed search instead.
+ */
+const INDEX_MAX = 64 * 1024;
+/** Records a trigram's id set holds before it becomes a bitmap: Redis keeps sets this small as compact intsets. */
+const SPARSE_MAX = 512;
+/** Trigrams of a needle sent to the index at most (any subset of them still finds every match). */
+const MAX_TRIGRAMS = 64;
+/** Keys indexed per BUILD call, and content bytes read per call at most. */
+const BUILD_BATCH = 1000;
+const BUILD_BYTES = 256 * 1024;
+
+/**
  * Shared by every script. ARGV[1] is the namespace's key base. Each file key
  * is indexed three ways: in the namespace's sorted set of keys (`k`, for
  * ranges); in its directory's hash of files (`d:<dir>`: name -> "version size
@@ -82,6 +97,124 @@ local function each_ancestor(key, visit)
 end
 local function split(key)
   return string.match(key, "^(.*/)([^/]*)$")
+end
+-- The trigram index (see TRIGRAMS below). x: "1" once every text record is
+-- indexed, "b" while the index is being built; absent, writes leave it alone.
+local function indexing() return redis.call("EXISTS", B .. "x") == 1 end
+local function trigrams(text)
+  local set, byte = {}, string.byte
+  if #text < 3 then return set end
+  local b1, b2 = byte(text, 1, 2)
+  for i = 3, #text do
+    local b3 = byte(text, i)
+    set[(b1 * 256 + b2) * 256 + b3] = true
+    b1 = b2; b2 = b3
+  end
+  return set
+end
+-- A trigram's ids are a set (an intset: 2 to 4 bytes an id) while at most
+-- ${SPARSE_MAX} records hold it, else a bitmap (one bit per id up to the highest):
+-- rare trigrams stay small, common ones cost a bit per record.
+local function bitmap_ids(bits)
+  local ids, byte, band = {}, string.byte, bit.band
+  local masks = { 128, 64, 32, 16, 8, 4, 2, 1 }
+  for i = 1, #bits do
+    local b = byte(bits, i)
+    if b ~= 0 then
+      for j = 1, 8 do
+        if band(b, masks[j]) ~= 0 then ids[#ids + 1] = (i - 1) * 8 + j - 1 end
+      end
+    end
+  end
+  return ids
+end
+-- Calls through unpack in slices: Lua's C stack takes a few thousand values at most.
+local function sliced(command, key, values)
+  for first = 1, #values, 1000 do redis.call(command, key, unpack(values, first, math.min(first + 999, #values))) end
+end
+-- Adds id to the trigrams in added and removes it from those in removed.
+-- The counts are read and written in one call each, so a write costs one
+-- call per trigram it changes (the redis.call, not the Lua, is the cost).
+local function update_trigrams(id, added, removed)
+  local codes = {}
+  for _, code in ipairs(added) do codes[#codes + 1] = code end
+  for _, code in ipairs(removed) do codes[#codes + 1] = code end
+  if #codes == 0 then return end
+  local counts = {}
+  for first = 1, #codes, 1000 do
+    for _, n in ipairs(redis.call("HMGET", B .. "tc", unpack(codes, first, math.min(first + 999, #codes)))) do counts[#counts + 1] = n end
+  end
+  local kept, gone = {}, {}
+  for i, code in ipairs(codes) do
+    local key = B .. "t:" .. code
+    local n = tonumber(counts[i] or "0")
+    if i <= #added then
+      n = n + 1
+      if n <= ${SPARSE_MAX} then redis.call("SADD", key, id) else
+        if n == ${SPARSE_MAX} + 1 then
+          local ids = redis.call("SMEMBERS", key)
+          redis.call("DEL", key)
+          for _, other in ipairs(ids) do redis.call("SETBIT", key, other, 1) end
+        end
+        redis.call("SETBIT", key, id, 1)
+      end
+    else
+      n = n - 1
+      if n <= 0 then redis.call("DEL", key)
+      elseif n < ${SPARSE_MAX} then redis.call("SREM", key, id)
+      else
+        redis.call("SETBIT", key, id, 0)
+        if n == ${SPARSE_MAX} then
+          local ids = bitmap_ids(redis.call("GET", key) or "")
+          redis.call("DEL", key)
+          sliced("SADD", key, ids)
+        end
+      end
+    end
+    if n > 0 then kept[#kept + 1] = code; kept[#kept + 1] = n else gone[#gone + 1] = code end
+  end
+  sliced("HSET", B .. "tc", kept)
+  sliced("HDEL", B .. "tc", gone)
+end
+-- Takes a key out of the index; old is the text its bits were set from.
+local function unindex_text(key, old)
+  local id = redis.call("HGET", B .. "ti", key)
+  if id then
+    local removed = {}
+    for code in pairs(trigrams(old or "")) do removed[#removed + 1] = code end
+    update_trigrams(id, {}, removed)
+    redis.call("HDEL", B .. "ti", key)
+    redis.call("HDEL", B .. "tk", id)
+    redis.call("RPUSH", B .. "tf", id)
+  end
+  redis.call("SREM", B .. "tb", key)
+end
+-- Indexes a key's new record (old: the text its bits were set from, if any):
+-- binary records are never searched; text over ${INDEX_MAX} bytes is listed
+-- in tb, a candidate for every search, so no write scans megabytes in Lua.
+local function index_text(key, old, encoding, text)
+  local id = redis.call("HGET", B .. "ti", key)
+  if encoding == "base64" or #text > ${INDEX_MAX} then
+    unindex_text(key, old)
+    if encoding ~= "base64" then redis.call("SADD", B .. "tb", key) end
+    return
+  end
+  redis.call("SREM", B .. "tb", key)
+  local before = {}
+  if id then before = trigrams(old or "") else
+    id = redis.call("RPOP", B .. "tf") or redis.call("INCR", B .. "tn")
+    redis.call("HSET", B .. "ti", key, id)
+    redis.call("HSET", B .. "tk", id, key)
+  end
+  local after, added, removed = trigrams(text), {}, {}
+  for code in pairs(before) do if not after[code] then removed[#removed + 1] = code end end
+  for code in pairs(after) do if not before[code] then added[#added + 1] = code end end
+  update_trigrams(id, added, removed)
+end
+-- The record of a key for its next write: the text its index bits came from.
+local function indexed_text(key)
+  if redis.call("HEXISTS", B .. "ti", key) == 0 then return nil end
+  return redis.call("HGET", B .. "f:" .. key, "c")
 end
 local function index_new_key(key)
   redis.call("ZADD", B .. "k", 0, key)
@@ -104,10 +237,30 @@ local function count_usage(bytes, files)
 end
 local function remove_file(key)
   local size = tonumber(redis.call("HGET", B .. "f:" .. key, "s") or "0")
+  if indexing() then unindex_text(key, indexed_text(key)) end
   if redis.call("DEL", B .. "f:" .. key) == 0 then return false end
   unindex_key(key)
   count_usage(-size, -1)
+  -- An emptied namespace keeps no index state: the next write starts a fresh, complete index.
+  if redis.call("EXISTS", B .. "k") == 0 then redis.call("DEL", B .. "x", B .. "tn", B .. "tf") end
   return true
+end
+-- Examines keys[1..] in order, stopping once budget bytes of content are read
+-- (after at least one key). Returns the records holding needle ("": every
+-- text), 7 fields each, after a slot for the caller, and the count examined.
+local function examine(keys, needle, budget)
+  local out, read, count = { "" }, 0, 0
+  for _, key in ipairs(keys) do
+    if read > 0 and read + redis.call("HSTRLEN", B .. "f:" .. key, "c") > budget then break end
+    count = count + 1
+    local m = redis.call("HMGET", B .. "f:" .. key, "v", "c", "e", "ca", "ma", "j")
+    if m[2] then read = read + #m[2] end
+    if m[1] and m[3] ~= "base64" and (needle == "" or string.find(m[2], needle, 1, true)) then
+      out[#out + 1] = key; out[#out + 1] = m[1]; out[#out + 1] = m[2]; out[#out + 1] = m[3]
+      out[#out + 1] = m[4]; out[#out + 1] = m[5]; out[#out + 1] = m[6] or ""
+    end
+  end
+  return out, count
 end
 local function usage()
   if redis.call("EXISTS", B .. "u") == 0 then
@@ -176,11 +329,15 @@ if ARGV[5] ~= "" or ARGV[6] ~= "" then
     return redis.error_reply("STRATA_QUOTA " .. (files + add_files) .. " files would exceed the " .. ARGV[6] .. "-file quota")
   end
 end
+-- A namespace's first write starts its index, complete from the outset.
+if redis.call("EXISTS", B .. "k") == 0 and redis.call("EXISTS", B .. "x") == 0 then redis.call("SET", B .. "x", "1") end
+local indexed = indexing()
 local versions = {}
 for i = FIRST, #ARGV, 7 do
   local key = ARGV[i]
   local f = B .. "f:" .. key
   local before = redis.call("HGET", f, "s")
+  if indexed then index_text(key, indexed_text(key), ARGV[i + 2], ARGV[i + 1]) end
   local v = redis.call("INCR", B .. "seq")
   redis.call("HSET", f, "v", v, "c", ARGV[i + 1], "e", ARGV[i + 2], "ca", ARGV[i + 3], "ma", ARGV[i + 4], "s", ARGV[i + 5])
   if ARGV[i + 6] == "" then redis.call("HDEL", f, "j") else redis.call("HSET", f, "j", ARGV[i + 6]) end
@@ -229,20 +386,103 @@ return { redis.call("HGETALL", ARGV[1] .. "d:" .. ARGV[2]), redis.call("HKEYS", 
  */
 const SEARCH = `${PRELUDE}
 local keys = redis.call("ZRANGEBYLEX", B .. "k", ARGV[2], ARGV[3], "LIMIT", 0, tonumber(ARGV[4]))
-local budget = tonumber(ARGV[6])
-local out = { "" }
-local read = 0
-for _, key in ipairs(keys) do
-  if read > 0 and read + redis.call("HSTRLEN", B .. "f:" .. key, "c") > budget then break end
-  out[1] = key
-  local m = redis.call("HMGET", B .. "f:" .. key, "v", "c", "e", "ca", "ma", "j")
-  if m[2] then read = read + #m[2] end
-  if m[1] and m[3] ~= "base64" and (ARGV[5] == "" or string.find(m[2], ARGV[5], 1, true)) then
-    out[#out + 1] = key; out[#out + 1] = m[1]; out[#out + 1] = m[2]; out[#out + 1] = m[3]
-    out[#out + 1] = m[4]; out[#out + 1] = m[5]; out[#out + 1] = m[6] or ""
+local out, count = examine(keys, ARGV[5], tonumber(ARGV[6]))
+out[1] = keys[count] or ""
+return out`;
+
+/**
+ * ARGV: base, needle, byte budget, then the keys to examine. As SEARCH over
+ * the keys given (the index's candidates); the first field returned is how
+ * many keys were examined.
+ */
+const VERIFY = `${PRELUDE}
+local keys = {}
+for i = 4, #ARGV do keys[#keys + 1] = ARGV[i] end
+local out, count = examine(keys, ARGV[2], tonumber(ARGV[3]))
+out[1] = count
+return out`;
+
+/**
+ * ARGV: base, prefix, then the needle's trigram codes. Returns nil while the
+ * namespace's index is incomplete; else the keys under prefix that hold every
+ * trigram of the needle (of the rarest four: each is a candidate either way),
+ * plus every text too large to index. The caller verifies each candidate.
+ */
+const CANDIDATES = `${PRELUDE}
+if redis.call("GET", B .. "x") ~= "1" then return false end
+local prefix = ARGV[2]
+local codes = {}
+for i = 3, #ARGV do codes[#codes + 1] = ARGV[i] end
+local counts = redis.call("HMGET", B .. "tc", unpack(codes))
+local ranked = {}
+local absent = false
+for i, code in ipairs(codes) do
+  local n = tonumber(counts[i] or "0")
+  if n == 0 then absent = true end
+  ranked[#ranked + 1] = { n, code }
+end
+local out = {}
+local function take(key)
+  if string.sub(key, 1, #prefix) == prefix then out[#out + 1] = key end
+end
+if not absent then
+  -- The rarest first: a set is walked and each id tested against the others; bitmaps alone are ANDed.
+  table.sort(ranked, function(a, b) return a[1] < b[1] end)
+  local chosen = {}
+  for i = 1, math.min(4, #ranked) do chosen[i] = { ranked[i][1], B .. "t:" .. ranked[i][2] } end
+  local ids
+  if chosen[1][1] <= ${SPARSE_MAX} then
+    ids = {}
+    for _, id in ipairs(redis.call("SMEMBERS", chosen[1][2])) do
+      local all = true
+      for i = 2, #chosen do
+        local has = chosen[i][1] <= ${SPARSE_MAX} and redis.call("SISMEMBER", chosen[i][2], id) or redis.call("GETBIT", chosen[i][2], id)
+        if has == 0 then all = false; break end
+      end
+      if all then ids[#ids + 1] = id end
+    end
+  elseif #chosen == 1 then
+    ids = bitmap_ids(redis.call("GET", chosen[1][2]) or "")
+  else
+    local sources = {}
+    for i, c in ipairs(chosen) do sources[i] = c[2] end
+    redis.call("BITOP", "AND", B .. "tq", unpack(sources))
+    ids = bitmap_ids(redis.call("GET", B .. "tq") or "")
+    redis.call("DEL", B .. "tq")
+  end
+  for first = 1, #ids, 1000 do
+    local keys = redis.call("HMGET", B .. "tk", unpack(ids, first, math.min(first + 999, #ids)))
+    for _, key in ipairs(keys) do if key then take(key) end end
   end
 end
+for _, key in ipairs(redis.call("SMEMBERS", B .. "tb")) do take(key) end
 return out`;
+
+/**
+ * ARGV: base, after (ZRANGEBYLEX bound), batch, byte budget. Indexes the next
+ * keys of a namespace whose records predate its index; writes keep the keys
+ * already indexed current meanwhile. Returns "" once the index is complete,
+ * else the last key indexed, where the next call resumes.
+ */
+const BUILD = `${PRELUDE}
+local state = redis.call("GET", B .. "x")
+if state == "1" then return "" end
+if not state then redis.call("SET", B .. "x", "b") end
+local keys = redis.call("ZRANGEBYLEX", B .. "k", ARGV[2], "+", "LIMIT", 0, tonumber(ARGV[3]))
+local budget, read = tonumber(ARGV[4]), 0
+for i, key in ipairs(keys) do
+  if read >= budget then return keys[i - 1] end
+  if redis.call("HEXISTS", B .. "ti", key) == 0 and redis.call("SISMEMBER", B .. "tb", key) == 0 then
+    local m = redis.call("HMGET", B .. "f:" .. key, "c", "e")
+    if m[1] then
+      read = read + #m[1]
+      index_text(key, nil, m[2], m[1])
+    end
+  end
+end
+if #keys == tonumber(ARGV[3]) then return keys[#keys] end
+redis.call("SET", B .. "x", "1")
+return ""`;
 
 /**
  * The layout steps, as Lua run inside OPEN with `P` the store's key prefix:
@@ -257,6 +497,10 @@ return out`;
  */
 const MIGRATIONS: readonly string[] = [
   // 0 -> 1: the version key itself; no record changes.
+  "",
+  // 1 -> 2: writes keep the trigram index; a namespace written before it has
+  // no x key and is indexed by its first search (BUILD). The step only
+  // bumps the version, so code that does not keep the index refuses the keys.
   "",
 ];
 
@@ -304,6 +548,9 @@ const SCRIPTS = {
   list: script(LIST),
   listDirectory: script(LIST_DIRECTORY),
   search: script(SEARCH),
+  verify: script(VERIFY),
+  candidates: script(CANDIDATES),
+  build: script(BUILD),
   open: script(OPEN),
 };
 
@@ -316,8 +563,17 @@ const SCRIPTS = {
  * from a per-namespace counter and are never reused. Key order is byte order,
  * which is code-point order.
  *
- * `search` runs the substring test inside Redis (a plain `string.find` over
- * the namespace's keys under the prefix), returning only matching records.
+ * `search` runs the substring test inside Redis (a plain `string.find`),
+ * returning only matching records. A needle of 3 bytes or more examines only
+ * the candidates of a trigram index, kept by the same scripts as every write:
+ * per namespace, each text record gets a small integer id (`ti`/`tk`), and each
+ * byte trigram the ids holding it (`t:<code>`: a set while few, a bitmap once
+ * common) with a count of them (`tc`); a search intersects the id sets of the
+ * needle's rarest trigrams. Texts over
+ * INDEX_MAX are listed apart (`tb`) and always examined. A namespace written
+ * before the index existed (no `x` key) is indexed by its first search, in
+ * short calls. Memory: 2 to 4 bytes per (rare trigram, record) pair, and for
+ * each common trigram one bit per id up to the highest id.
  */
 export class RedisStore implements Store {
   /** The ioredis client underneath (the store's own, or the one given as `client`): the escape hatch to the engine. */
@@ -469,10 +725,25 @@ export class RedisStore implements Store {
     return { files, dirs };
   }
 
+  /**
+   * A needle of 3 bytes or more is looked up in the trigram index (built on
+   * first use for records that predate it): the keys holding its rarest
+   * trigrams, verified in Lua in key order. Shorter needles scan the prefix.
+   */
   async *search(namespace: Namespace, substring: string, prefix: string): AsyncIterable<StoredItem> {
     const base = this.base(namespace);
     if (typeof substring !== "string" || typeof prefix !== "string") throw errors.invalidArgument("search needs a substring and a prefix");
     const needle = searchableNeedle(substring) ?? "";
+    const codes = trigramCodes(needle);
+    if (codes.length > 0) {
+      const keys = await this.candidates(base, prefix, codes);
+      for (let start = 0; start < keys.length; ) {
+        const [examined, ...flat] = (await this.run(SCRIPTS.verify, [base, needle, String(SEARCH_BYTES), ...keys.slice(start, start + SEARCH_BATCH)])) as string[];
+        for (let i = 0; i < flat.length; i += 7) yield toItem(flat.slice(i, i + 7));
+        start += Number(examined);
+      }
+      return;
+    }
     let after: string | undefined;
     for (;;) {
       const [min, max] = lexRange(prefix, after);
@@ -480,6 +751,21 @@ export class RedisStore implements Store {
       for (let i = 0; i < flat.length; i += 7) yield toItem(flat.slice(i, i + 7));
       if (!last) return;
       after = last;
+    }
+  }
+
+  /** The index's candidate keys under `prefix`, in key order; builds the namespace's index first when it is incomplete. */
+  private async candidates(base: string, prefix: string, codes: string[]): Promise<string[]> {
+    for (;;) {
+      const keys = (await this.run(SCRIPTS.candidates, [base, prefix, ...codes])) as string[] | null;
+      if (keys !== null) return keys.sort(byteOrder);
+      // Built in short calls, so other clients are served between them; concurrent builders only repeat work.
+      let after = "-";
+      for (;;) {
+        const last = (await this.run(SCRIPTS.build, [base, after, String(BUILD_BATCH), String(BUILD_BYTES)])) as string;
+        if (last === "") break;
+        after = `(${last}`;
+      }
     }
   }
 
@@ -565,6 +851,19 @@ function toItem(fields: ReadonlyArray<string | null | undefined>): StoredItem {
     modified_at: modified!,
   };
   return { key: key!, value: fromEngineRecord(record), version: Number(version) };
+}
+
+/** The distinct byte trigrams of a needle as the index codes them (b1 * 65536 + b2 * 256 + b3), at most MAX_TRIGRAMS; none under 3 bytes. */
+function trigramCodes(needle: string): string[] {
+  const bytes = Buffer.from(needle);
+  const codes = new Set<string>();
+  for (let i = 2; i < bytes.length && codes.size < MAX_TRIGRAMS; i++) codes.add(String(bytes[i - 2]! * 65536 + bytes[i - 1]! * 256 + bytes[i]!));
+  return [...codes];
+}
+
+/** Byte (code point) order of keys, the order of the namespace's sorted set. */
+function byteOrder(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a), Buffer.from(b));
 }
 
 /** ZRANGEBYLEX bounds for keys starting with `prefix`, after `after` when given. */

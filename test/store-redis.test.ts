@@ -173,24 +173,24 @@ describe("RedisStore: schema version and migrations", () => {
     return keys;
   }
 
-  it("records version 1 under a new prefix on first use", async () => {
+  it("records the current version (2) under a new prefix on first use", async () => {
     const prefix = `v-new-${randomUUID()}:`;
     prefixes.push(prefix);
     const store = new RedisStore({ client, keyPrefix: prefix });
     expect(await store.get(["s"], "/a")).toBeUndefined();
-    expect(await client.get(`${prefix}schema`)).toBe("1");
+    expect(await client.get(`${prefix}schema`)).toBe("2");
     await store.close();
   });
 
-  it("migrates version-0 keys to version 1, keeping every record readable and writable", async () => {
+  it("migrates version-0 keys to the current version (2), keeping every record readable and writable", async () => {
     const prefix = await oldPrefix();
     const before = (await client.keys(`${prefix}*`)).sort();
     expect(await client.get(`${prefix}schema`)).toBeNull();
     const store = new RedisStore({ client, keyPrefix: prefix });
     try {
       for (const [ns, item] of V0_ITEMS) expect(await store.get(ns, item.key)).toEqual(item);
-      expect(await client.get(`${prefix}schema`)).toBe("1");
-      // Version 1 adds its version key and changes nothing else.
+      expect(await client.get(`${prefix}schema`)).toBe("2");
+      // Versions 1 and 2 add the version key and change nothing else (version 2's trigram index is built by the first search).
       expect((await client.keys(`${prefix}*`)).sort()).toEqual([...before, `${prefix}schema`].sort());
 
       expect((await store.list(["me"])).items.map((k) => [k.key, k.version, k.size])).toEqual([
@@ -241,12 +241,12 @@ describe("RedisStore: schema version and migrations", () => {
     expect(await opensWithoutWriting(prefix)).toBe(true);
     // The same open of keys still in the old layout does write the version.
     expect(await opensWithoutWriting(await oldPrefix())).toBe(false);
-    expect(await client.get(`${prefix}schema`)).toBe("1");
+    expect(await client.get(`${prefix}schema`)).toBe("2");
   });
 
   it("refuses keys written by a newer layout with unsupported, naming the versions, and leaves them alone", async () => {
     const prefix = await oldPrefix();
-    for (const [recorded, named] of [["2", /version 2\b/], ["banana", /version "banana"/]] as const) {
+    for (const [recorded, named] of [["3", /version 3\b/], ["banana", /version "banana"/]] as const) {
       await client.set(`${prefix}schema`, recorded);
       const store = new RedisStore({ client, keyPrefix: prefix });
       for (const attempt of [store.get(["me"], "/legacy.txt"), store.put(["me"], "/x", fileDataFromText("x")), store.list(["me"])]) {
@@ -254,7 +254,7 @@ describe("RedisStore: schema version and migrations", () => {
         expect(isStrataError(error, "unsupported")).toBe(true);
         expect((error as Error).message).toMatch(/newer Strata/);
         expect((error as Error).message).toMatch(named);
-        expect((error as Error).message).toMatch(/up to 1\b/);
+        expect((error as Error).message).toMatch(/up to 2\b/);
       }
       await store.close();
       expect(await client.get(`${prefix}schema`)).toBe(recorded);
@@ -269,7 +269,7 @@ describe("RedisStore: schema version and migrations", () => {
     try {
       const versions = await Promise.all(stores.map((store, i) => store.put(["me"], `/opened/${i}`, fileDataFromText(`${i}`), { expectedVersion: null })));
       expect(versions.sort()).toEqual([6, 7, 8, 9]);
-      expect(await client.get(`${prefix}schema`)).toBe("1");
+      expect(await client.get(`${prefix}schema`)).toBe("2");
       for (const [ns, item] of V0_ITEMS) expect(await stores[3]!.get(ns, item.key)).toEqual(item);
       expect((await stores[0]!.listDirectory(["me"], "/opened")).files.map((f) => f.key).sort()).toEqual(["/opened/0", "/opened/1", "/opened/2", "/opened/3"]);
     } finally {
