@@ -82,7 +82,7 @@ for (const target of targets) {
      */
     const inWorkspace = (native: Counted) => toSeedProtocol(rooted(native, native.root));
 
-    derivedIt("makes one round trip per operation, two for edit", async () => {
+    derivedIt("makes one round trip per operation (edit: one on a file it last read or wrote, else two)", async () => {
       const native = create();
       const sandbox = inWorkspace(native);
       const trips = async (op: () => Promise<unknown>) => {
@@ -98,7 +98,11 @@ for (const target of targets) {
       expect(await trips(() => native.glob("*", { includeDirectories: true }))).toBe(1);
       expect(await trips(async () => toDeepAgents(native).glob("**"))).toBe(1);
       expect(await trips(() => sandbox.grep("two", "/", "*.txt"))).toBe(1);
-      expect(await trips(() => sandbox.edit("/a/x.txt", "two", "three"))).toBe(2);
+      // The sandbox holds the bytes it last read or wrote: the edit is applied to them and sent as the compare-and-swap.
+      expect(await trips(() => sandbox.edit("/a/x.txt", "two", "three"))).toBe(1);
+      // A command may have changed any file: the copies are dropped, and the edit fetches first.
+      await native.execute("true");
+      expect(await trips(() => sandbox.edit("/a/x.txt", "three", "four"))).toBe(2);
       const files = Array.from({ length: 50 }, (_, i) => [`/many/${i}.txt`, bytes(`file ${i}`)] as const);
       expect(await trips(() => sandbox.uploadFiles(files))).toBe(target.shellTransfers ? 1 : 0);
       expect(await trips(() => sandbox.downloadFiles(files.map(([path]) => path)))).toBe(target.shellTransfers ? 1 : 0);
@@ -178,7 +182,8 @@ for (const target of targets) {
     derivedIt("re-applies an edit whose compare-and-swap lost to another writer, keeping that writer's content", async () => {
       const native = create();
       const sandbox = inWorkspace(native);
-      await sandbox.write("/race.txt", "alpha beta\n");
+      // Written from outside: the sandbox holds no copy, so the edit fetches first.
+      writeFileSync(nodePath.join(target.hostDir(native), "race.txt"), "alpha beta\n");
       const start = native.trips;
       native.beforeTrip = (trip) => {
         if (trip === start + 2) writeFileSync(nodePath.join(target.hostDir(native), "race.txt"), "alpha from someone else\n");
@@ -190,18 +195,36 @@ for (const target of targets) {
       expect(await sandbox.read("/race.txt")).toBe("     1\tgamma from someone else");
     });
 
-    derivedIt("answers no_match when the other writer removed what the edit replaces", async () => {
+    derivedIt("an edit applied to the copy it last wrote loses its swap to another writer, then re-applies to that writer's content", async () => {
       const native = create();
       const sandbox = inWorkspace(native);
       await sandbox.write("/race.txt", "alpha beta\n");
       const start = native.trips;
       native.beforeTrip = (trip) => {
-        if (trip === start + 2) writeFileSync(nodePath.join(target.hostDir(native), "race.txt"), "someone else\n");
+        if (trip === start + 1) writeFileSync(nodePath.join(target.hostDir(native), "race.txt"), "alpha from someone else\n");
       };
       const result = await sandbox.edit("/race.txt", "alpha", "gamma");
       native.beforeTrip = undefined;
-      expect(result.code).toBe("no_match");
-      expect(await sandbox.read("/race.txt")).toBe("     1\tsomeone else");
+      expect(result).toMatchObject({ occurrences: 1 });
+      expect(native.trips - start).toBe(3); // swap from the copy (lost), fetch, swap
+      expect(await sandbox.read("/race.txt")).toBe("     1\tgamma from someone else");
+    });
+
+    derivedIt("answers no_match when the other writer removed what the edit replaces", async () => {
+      const native = create();
+      const sandbox = inWorkspace(native);
+      for (const known of [false, true]) {
+        if (known) await sandbox.write("/race.txt", "alpha beta\n", { overwrite: true });
+        else writeFileSync(nodePath.join(target.hostDir(native), "race.txt"), "alpha beta\n");
+        const start = native.trips;
+        native.beforeTrip = (trip) => {
+          if (trip === start + (known ? 1 : 2)) writeFileSync(nodePath.join(target.hostDir(native), "race.txt"), "someone else\n");
+        };
+        const result = await sandbox.edit("/race.txt", "alpha", "gamma");
+        native.beforeTrip = undefined;
+        expect(result.code).toBe("no_match");
+        expect(await sandbox.read("/race.txt")).toBe("     1\tsomeone else");
+      }
     });
 
     derivedIt("keeps a file's mode across edit and overwrite", async () => {
