@@ -381,7 +381,15 @@ export class Supervisor {
       let reusable = true;
       let deadline: NodeJS.Timeout | undefined;
       let killing: Promise<void> | undefined;
-      const kill = () => (killing ??= this.killSlot(slot));
+      // Until the command has ended, it may not have joined its cgroup yet: keep emptying it until then.
+      const kill = () =>
+        (killing ??= (async () => {
+          while (status === undefined && !this.dead) {
+            await this.killSlot(slot);
+            if (status === undefined) await new Promise((resolve) => setTimeout(resolve, 5));
+          }
+          await this.killSlot(slot);
+        })());
       const pending: Pending = {
         accepted: false,
         accept: () => {
@@ -438,7 +446,8 @@ export class Supervisor {
         };
         if (status !== undefined || this.dead) void release();
         else
-          pending.ended = () => {
+          pending.ended = (code) => {
+            status = code;
             void kill();
             void release();
           };
@@ -475,6 +484,8 @@ export class Supervisor {
       });
       this.pending.set(slot, pending);
       this.send(`r ${slot} ${input ? "i" : "-"}`);
+      // Aborted while a slot was found: the listener came too late to hear it.
+      if (job.signal?.aborted) onAbort();
     });
   }
 }
