@@ -48,6 +48,8 @@ export const CONTROL_INSIDE = "/dev/.strata";
 const SLOT_BATCH = 16;
 /** How long the output FIFOs may stay open after the command's namespace ended (only a holder outside it). */
 const PIPE_DEADLINE_MS = 1_000;
+/** How long a slot may stay empty with its output ended, or after a kill, before its status counts as lost. */
+const LOST_AFTER_MS = 2_000;
 /** How long a supervisor may take to say it is ready. */
 const START_TIMEOUT_MS = 10_000;
 
@@ -381,9 +383,25 @@ export class Supervisor {
       let reusable = true;
       let deadline: NodeJS.Timeout | undefined;
       let killing: Promise<void> | undefined;
+      let lost = false;
+      let watchdog: NodeJS.Timeout | undefined;
+      // The waiter reports the status; a command can kill it (it is a process of the same user). Once the
+      // output has ended or a kill was asked for, a slot whose cgroup stays empty with no status is lost.
+      const watch = () => {
+        if (watchdog || status !== undefined) return;
+        watchdog = setInterval(() => {
+          if (status !== undefined || this.dead) return clearInterval(watchdog);
+          if (this.members(slot).length > 0) return;
+          clearInterval(watchdog);
+          lost = true;
+          openStreams = 0;
+          pending.ended(137);
+        }, LOST_AFTER_MS);
+      };
       // Until the command has ended, it may not have joined its cgroup yet: keep emptying it until then.
       const kill = () =>
         (killing ??= (async () => {
+          watch();
           while (status === undefined && !this.dead) {
             await this.killSlot(slot);
             if (status === undefined) await new Promise((resolve) => setTimeout(resolve, 5));
@@ -431,6 +449,7 @@ export class Supervisor {
         settled = true;
         clearTimeout(timer);
         clearTimeout(deadline);
+        clearInterval(watchdog);
         job.signal?.removeEventListener("abort", onAbort);
         settle();
         // The slot is free once its command ended and its cgroup is empty. Until then the FIFOs stay
@@ -462,6 +481,8 @@ export class Supervisor {
             exitCode = TIMEOUT_EXIT_CODE;
           } else if (overflowed) {
             text += `\n[Command killed: it wrote more than ${job.killAfterBytes} bytes of output]`;
+          } else if (lost) {
+            text += "\n[Command ended, but the sandbox's supervisor lost its exit code (a process of the sandbox killed its waiter)]";
           }
           resolve({ output: text, exitCode, truncated: output.truncated });
         });
@@ -479,6 +500,7 @@ export class Supervisor {
         socket.on("error", () => undefined);
         socket.on("close", () => {
           openStreams--;
+          if (openStreams === 0) watch();
           maybeDone();
         });
       });

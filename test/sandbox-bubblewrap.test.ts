@@ -267,15 +267,30 @@ describe("BubblewrapSandbox's warm supervisor", () => {
     await Promise.all(open.splice(0).map((s) => s.close()));
   });
 
-  /** The host pid of the sandbox's supervisor shell(s): found by name and by the sandbox's own pids cgroup. */
-  const supervisors = (s: BubblewrapSandbox) =>
-    processesMatching("strata-supervisor").filter((pid) => {
+  /**
+   * The host pids of the sandbox's supervisor shells: found by name and by the sandbox's own pids cgroup,
+   * leaving out their waiters (forks of the same shell, so the same name, whose parent is a supervisor).
+   */
+  const supervisors = (s: BubblewrapSandbox) => {
+    const named = processesMatching("strata-supervisor").filter((pid) => {
       try {
+        // Not bwrap, whose arguments name the supervisor too.
+        if (!readFileSync(`/proc/${pid}/cmdline`, "utf8").startsWith("/bin/sh\0")) return false;
         return readFileSync(`/proc/${pid}/cgroup`, "utf8").includes(`strata-${s.id}`);
       } catch {
         return false;
       }
     });
+    const parent = (pid: number) => {
+      try {
+        return Number(/^PPid:\s+(\d+)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]);
+      } catch {
+        return 0;
+      }
+    };
+    return named.filter((pid) => !named.includes(parent(pid)));
+  };
+  const children = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(" ").filter(Boolean).map(Number);
 
   it("kills what a finished command left in the background, setsid and double forks included", async () => {
     const s = toSeedProtocol(sandbox());
@@ -332,6 +347,21 @@ describe("BubblewrapSandbox's warm supervisor", () => {
     expect(killed.output).toContain("supervisor ended");
     expect((await s.execute("echo next")).output).toBe("next\n");
     expect(supervisors(native).some((pid) => !pids.includes(pid))).toBe(true);
+  });
+
+  it("answers, not hangs, when a command's waiter in the supervisor is killed", async () => {
+    const native = sandbox();
+    const s = toSeedProtocol(native);
+    const running = s.execute("sleep 0.5; echo done", { timeout: 30 });
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const waiters = supervisors(native).flatMap(children);
+    expect(waiters.length).toBeGreaterThan(0);
+    for (const pid of waiters) process.kill(pid, "SIGKILL");
+    const result = await running;
+    expect(result.exitCode).toBe(137);
+    expect(result.output).toContain("done\n");
+    expect(result.output).toContain("lost its exit code");
+    expect((await s.execute("echo next")).output).toBe("next\n");
   });
 
   it("runs 10 commands at once, each with its own stdin, output, stderr and exit code", async () => {
