@@ -461,6 +461,9 @@ export class Supervisor {
           input?.destroy();
           this.pending.delete(slot);
           if (reusable && !this.dead && this.members(slot).length === 0) this.free.push(slot);
+          // Every slot's cgroup.procs is the sandbox user's (its command joins it itself), so a process can move
+          // into an idle slot's cgroup and out of its own: whatever sits in an idle slot dies when any command ends.
+          for (const idle of this.free) if (this.members(idle).length > 0) void this.killSlot(idle);
           if (this.retired && this.idle) void this.close();
         };
         if (status !== undefined || this.dead) void release();

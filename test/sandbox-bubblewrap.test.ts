@@ -303,6 +303,11 @@ describe("BubblewrapSandbox's warm supervisor", () => {
     expect(await leftovers(b)).toEqual([]);
     expect(await leftovers(c)).toEqual([]);
     expect((await s.execute("echo next")).output).toBe("next\n");
+    // Moving into an idle slot's cgroup does not save a process either.
+    const d = marker();
+    const moved = await s.execute(`sh -c 'for f in /dev/.strata/cg/s*/cgroup.procs; do echo $$ > $f 2>/dev/null && break; done; exec sleep ${d}' & sleep 0.2; echo moved`);
+    expect(moved.output).toBe("moved\n");
+    expect(await leftovers(d)).toEqual([]);
   });
 
   it("kills the whole group at the timeout, escapees included, and runs the next command", async () => {
