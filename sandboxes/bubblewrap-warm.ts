@@ -17,7 +17,7 @@
  * Each command joins its slot's cgroup before it execs `/bin/sh -c`, and
  * everything it starts stays there (a `setsid` or double-forked escapee
  * included: cgroup membership is inherited and only a write to a cgroup's
- * `cgroup.procs` changes it). When the command's shell ends, or its timeout,
+ * `tasks` or `cgroup.procs` changes it). When the command's shell ends, or its timeout,
  * abort or output cap fires, this process kills every process in that
  * cgroup from the host, so nothing the command started survives it, as with
  * a bwrap per command. The environment is applied in the command's own
@@ -60,7 +60,10 @@ const START_TIMEOUT_MS = 10_000;
  * which opens the slot's stdin FIFO and reports acceptance, opens the output
  * FIFOs, forks the command and waits; its EXIT trap reports the status, also
  * when its fork failed (the shell then exits). The command's own subshell
- * joins the slot's cgroup (writing 0 moves the writer), takes its stdio
+ * joins the slot's cgroup (0 written to `tasks` moves the writing thread, a
+ * single-threaded shell's whole process, and unlike a write to
+ * `cgroup.procs` skips the global lock whose RCU grace period costs
+ * milliseconds), takes its stdio
  * through `exec` (an asynchronous command's stdin would otherwise be
  * /dev/null) without fd 3, sources the slot's script and execs the command.
  */
@@ -76,7 +79,7 @@ while read -r op k p; do
     exec 5>"$c/o$k" 6>"$c/e$k"
     (
       exec <&4 >&5 2>&6 3>&- 4<&- 5>&- 6>&-
-      echo 0 >"$c/cg/s$k/cgroup.procs" || exit 125
+      echo 0 >"$c/cg/s$k/tasks" || exit 125
       [ "$t" = - ] || ulimit -t "$t"
       . "$c/s$k"
       exec /bin/sh -c "$cmd"
@@ -328,7 +331,7 @@ export class Supervisor {
         const dir = nodePath.join(this.cgroup, `s${n}`);
         mkdirSync(dir);
         // The command joins it itself, as the sandbox user; it can write nothing else there.
-        if (user !== undefined) chownSync(nodePath.join(dir, "cgroup.procs"), user.uid, user.gid);
+        if (user !== undefined) chownSync(nodePath.join(dir, "tasks"), user.uid, user.gid);
       }
       this.slots += SLOT_BATCH;
       this.free.push(...numbers);
@@ -461,7 +464,7 @@ export class Supervisor {
           input?.destroy();
           this.pending.delete(slot);
           if (reusable && !this.dead && this.members(slot).length === 0) this.free.push(slot);
-          // Every slot's cgroup.procs is the sandbox user's (its command joins it itself), so a process can move
+          // Every slot's `tasks` file is the sandbox user's (its command joins it itself), so a process can move
           // into an idle slot's cgroup and out of its own: whatever sits in an idle slot dies when any command ends.
           for (const idle of this.free) if (this.members(idle).length > 0) void this.killSlot(idle);
           if (this.retired && this.idle) void this.close();

@@ -134,14 +134,17 @@ const SANDBOX_WORKSPACE = "/workspace";
 /**
  * The launcher: opens bwrap's argument file (so the host paths in it never
  * appear in bwrap's command line, which the sandbox can read as its
- * /proc/1/cmdline), joins the cgroups named before `--`, then becomes the
+ * /proc/1/cmdline), joins the cgroups named before `--` (0 written to
+ * `tasks` moves the writing thread, the whole of this single-threaded
+ * shell, without the global lock a write to `cgroup.procs` takes and its
+ * RCU grace period of milliseconds), then becomes the
  * rest (setpriv, prlimit, bwrap). It runs as this process's user with
  * LAUNCHER_ENV only.
  */
 const LAUNCHER_SCRIPT = `[ -r "$1" ] || { echo "strata: this sandbox's launcher files are gone" >&2; exit 125; }
 exec 3< "$1"
 shift
-while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 125; shift; done
+while [ "$1" != -- ]; do echo 0 > "$1/tasks" || exit 125; shift; done
 shift
 exec "$@"`;
 

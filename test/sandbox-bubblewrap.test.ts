@@ -305,7 +305,7 @@ describe("BubblewrapSandbox's warm supervisor", () => {
     expect((await s.execute("echo next")).output).toBe("next\n");
     // Moving into an idle slot's cgroup does not save a process either.
     const d = marker();
-    const moved = await s.execute(`sh -c 'for f in /dev/.strata/cg/s*/cgroup.procs; do echo $$ > $f 2>/dev/null && break; done; exec sleep ${d}' & sleep 0.2; echo moved`);
+    const moved = await s.execute(`sh -c 'for f in /dev/.strata/cg/s*/tasks; do echo $$ > $f 2>/dev/null && break; done; exec sleep ${d}' & sleep 0.2; echo moved`);
     expect(moved.output).toBe("moved\n");
     expect(await leftovers(d)).toEqual([]);
   });
@@ -342,8 +342,10 @@ describe("BubblewrapSandbox's warm supervisor", () => {
     const native = sandbox();
     const s = toSeedProtocol(native);
     expect((await s.execute("echo warm")).output).toBe("warm\n");
-    const running = s.execute("sleep 5; echo late", { timeout: 30 });
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    let started!: () => void;
+    const begun = new Promise<void>((resolve) => (started = resolve));
+    const running = s.execute("echo started; sleep 5; echo late", { timeout: 30, onOutput: started });
+    await begun;
     const pids = supervisors(native);
     expect(pids.length).toBeGreaterThan(0);
     for (const pid of pids) process.kill(pid, "SIGKILL");
@@ -357,14 +359,16 @@ describe("BubblewrapSandbox's warm supervisor", () => {
   it("answers, not hangs, when a command's waiter in the supervisor is killed", async () => {
     const native = sandbox();
     const s = toSeedProtocol(native);
-    const running = s.execute("sleep 0.5; echo done", { timeout: 30 });
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    let started!: () => void;
+    const begun = new Promise<void>((resolve) => (started = resolve));
+    const running = s.execute("echo started; sleep 1; echo done", { timeout: 30, onOutput: started });
+    await begun;
     const waiters = supervisors(native).flatMap(children);
     expect(waiters.length).toBeGreaterThan(0);
     for (const pid of waiters) process.kill(pid, "SIGKILL");
     const result = await running;
     expect(result.exitCode).toBe(137);
-    expect(result.output).toContain("done\n");
+    expect(result.output).toMatch(/^started\ndone\n/);
     expect(result.output).toContain("lost its exit code");
     expect((await s.execute("echo next")).output).toBe("next\n");
   });
