@@ -287,17 +287,9 @@ export class BubblewrapSandbox extends BaseSandbox {
     for (let attempt = 0; attempt < 3 && setup.warm && !this.closed; attempt++) {
       let supervisor = this.supervisors.get(name);
       if (!supervisor || supervisor.dead) {
-        supervisor = new Supervisor({
-          id: this.id,
-          args: setup.args,
-          masks: maskArgs(denied),
-          cgroups: setup.cgroups,
-          pidsCgroup: setup.pidsCgroup!,
-          launcher: setup.warmLauncher,
-          launcherScript: LAUNCHER_SCRIPT,
-          cpuSeconds: this.options.cpuSeconds,
-          user: this.sandboxUser,
-        });
+        if (supervisor) this.forget(supervisor);
+        supervisor = this.startSupervisor(setup, denied);
+        if (!supervisor) return undefined;
         this.supervisors.set(name, supervisor);
         this.allSupervisors.add(supervisor);
         if (key !== undefined) {
@@ -323,9 +315,29 @@ export class BubblewrapSandbox extends BaseSandbox {
     return undefined;
   }
 
+  /** A new supervisor with these masks, or undefined when its files or cgroup cannot be made (the cold path serves). */
+  private startSupervisor(setup: Setup, denied: Denied[]): Supervisor | undefined {
+    try {
+      return new Supervisor({
+        id: this.id,
+        args: setup.args,
+        masks: maskArgs(denied),
+        cgroups: setup.cgroups,
+        pidsCgroup: setup.pidsCgroup!,
+        launcher: setup.warmLauncher,
+        launcherScript: LAUNCHER_SCRIPT,
+        cpuSeconds: this.options.cpuSeconds,
+        user: this.sandboxUser,
+      });
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Takes no more commands to it; close() still ends it unless it is gone already. */
   private forget(supervisor: Supervisor): void {
     for (const [name, known] of this.supervisors) if (known === supervisor) this.supervisors.delete(name);
-    this.allSupervisors.delete(supervisor);
+    if (supervisor.dead) this.allSupervisors.delete(supervisor);
   }
 
   /**
