@@ -308,7 +308,10 @@ export const sandboxGroup: BenchGroup = {
                   "Without a pids cgroup nothing can find what a command left running, so this configuration keeps a bwrap per command; " +
                     "memory is limited per process (RLIMIT_AS), not per sandbox.",
                   ...(cold && noCgroups
-                    ? [`warm: false minus cgroups: false: ${formatMs(cold.medianMs - noCgroups.medianMs)} per command at p50 (the cgroup join), sampled interleaved.`]
+                    ? [
+                        `warm: false minus cgroups: false: ${formatMs(cold.medianMs - noCgroups.medianMs)} per command at p50, sampled interleaved: ` +
+                          "the two cold configurations differ only by the cgroup join (a write of 0 to each cgroup's tasks file) against prlimit's rlimits.",
+                      ]
                     : []),
                 ]
               : label === "warm: false"
