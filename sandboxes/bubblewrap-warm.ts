@@ -58,8 +58,9 @@ const START_TIMEOUT_MS = 10_000;
  * channel (the supervisor's stdout); stdout itself goes to /dev/null so
  * nothing else can write into the protocol. Each request forks a waiter,
  * which opens the slot's stdin FIFO and reports acceptance, opens the output
- * FIFOs, forks the command and waits; its EXIT trap reports the status, also
- * when its fork failed (the shell then exits). The command's own subshell
+ * FIFOs, forks the command and waits; its EXIT trap closes its copies of the
+ * FIFOs and reports the status, also when its fork failed (the shell then
+ * exits). The command's own subshell
  * joins the slot's cgroup (0 written to `tasks` moves the writing thread, a
  * single-threaded shell's whole process, and unlike a write to
  * `cgroup.procs` skips the global lock whose RCU grace period costs
@@ -73,7 +74,7 @@ echo ready >&3
 while read -r op k p; do
   [ "$op" = r ] || continue
   (
-    trap 'echo "x $k $?" >&3' EXIT
+    trap 's=$?; exec 4<&- 5>&- 6>&-; echo "x $k $s" >&3' EXIT
     if [ "$p" = i ]; then exec 4<"$c/i$k"; else exec 4</dev/null; fi
     echo "a $k" >&3
     exec 5>"$c/o$k" 6>"$c/e$k"
@@ -224,9 +225,11 @@ export class Supervisor {
           // Already gone.
         }
       }
+      // Slots being made now would land in a directory being removed.
+      await this.growing?.catch(() => undefined);
       if (this.argsFile) rmSync(this.argsFile, { force: true });
       for (const fd of this.scripts.splice(0)) closeSync(fd);
-      rmSync(this.control, { recursive: true, force: true });
+      rmSync(this.control, { recursive: true, force: true, maxRetries: 3 });
       for (let n = 0; n < this.slots; n++) await this.killSlot(n);
       for (let n = 0; n < this.slots; n++) await removeCgroup(nodePath.join(this.cgroup, `s${n}`));
       await removeCgroup(this.cgroup);
@@ -314,6 +317,7 @@ export class Supervisor {
   /** Makes SLOT_BATCH more slots: one `mkfifo` for their FIFOs, their scripts, their cgroups. */
   private grow(): Promise<void> {
     this.growing ??= (async () => {
+      if (this.retired) throw new NotAccepted();
       const first = this.slots;
       const numbers = Array.from({ length: SLOT_BATCH }, (_, i) => first + i);
       const user = this.start.user;
@@ -353,7 +357,12 @@ export class Supervisor {
    */
   async run(job: WarmRun): Promise<ExecuteResponse> {
     if (job.signal?.aborted) throw job.signal.reason;
-    const slot = await this.slot();
+    let slot: number;
+    try {
+      slot = await this.slot();
+    } catch {
+      throw new NotAccepted(); // No slot could be made (closing, or its files failed): another supervisor, or the cold path.
+    }
     if (this.dead || this.retired) {
       this.free.push(slot);
       throw new NotAccepted();
@@ -418,14 +427,17 @@ export class Supervisor {
         },
         ended: (code) => {
           status = code;
-          // What the command left running goes with it; the FIFOs then close. A holder outside
-          // the cgroup (another command's process that opened them) is cut off at the deadline.
-          void kill();
-          deadline = setTimeout(() => {
-            reusable = false;
-            openStreams = 0;
-            maybeDone();
-          }, SANDBOX_DEFAULTS.killGraceMs + PIPE_DEADLINE_MS);
+          // What the command left running goes with it; the FIFOs then close (the waiter closed its
+          // copies before it reported). A holder outside the cgroup (another command's process that
+          // opened them) is cut off at the deadline, counted from when the cgroup is empty.
+          void kill().then(() => {
+            if (settled) return;
+            deadline = setTimeout(() => {
+              reusable = false;
+              openStreams = 0;
+              maybeDone();
+            }, SANDBOX_DEFAULTS.killGraceMs + PIPE_DEADLINE_MS);
+          });
           maybeDone();
         },
         gone: () => {
