@@ -23,6 +23,7 @@
  * Output is capped like every sandbox's.
  */
 import { existsSync, lstatSync, mkdtempSync, realpathSync, rmSync, statSync, chownSync } from "node:fs";
+import { lstat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { randomBytes } from "node:crypto";
@@ -57,6 +58,7 @@ import {
 } from "./bubblewrap-host.js";
 import { lockName } from "./shell.js";
 import { type Denied, DeniedFinder } from "./masks.js";
+import { NotAccepted, slotScript, Supervisor, warmable, type WarmRun } from "./bubblewrap-warm.js";
 
 export type { SandboxUser } from "./bubblewrap-host.js";
 
@@ -84,6 +86,14 @@ export interface BubblewrapSandboxOptions extends BaseSandboxOptions, ResourceLi
    * process, not per sandbox.
    */
   cgroups?: boolean;
+  /**
+   * Run commands through a warm supervisor started once inside the
+   * sandbox's namespaces (default true; see docs/sandboxes.md): a command
+   * then costs a fork and an `unshare`, not a bwrap start. false: a bwrap
+   * per command, as BusyBox toolsets and hosts without nested user
+   * namespaces always get.
+   */
+  warm?: boolean;
   /** Extra environment for every command (default: PATH, HOME=/workspace, LANG=C.UTF-8, TMPDIR=/tmp). */
   env?: Record<string, string>;
   /**
@@ -124,14 +134,17 @@ const SANDBOX_WORKSPACE = "/workspace";
 /**
  * The launcher: opens bwrap's argument file (so the host paths in it never
  * appear in bwrap's command line, which the sandbox can read as its
- * /proc/1/cmdline), joins the cgroups named before `--`, then becomes the
+ * /proc/1/cmdline), joins the cgroups named before `--` (0 written to
+ * `tasks` moves the writing thread, the whole of this single-threaded
+ * shell, without the global lock a write to `cgroup.procs` takes and its
+ * RCU grace period of milliseconds), then becomes the
  * rest (setpriv, prlimit, bwrap). It runs as this process's user with
  * LAUNCHER_ENV only.
  */
 const LAUNCHER_SCRIPT = `[ -r "$1" ] || { echo "strata: this sandbox's launcher files are gone" >&2; exit 125; }
 exec 3< "$1"
 shift
-while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 125; shift; done
+while [ "$1" != -- ]; do echo 0 > "$1/tasks" || exit 125; shift; done
 shift
 exec "$@"`;
 
@@ -157,6 +170,10 @@ export class BubblewrapSandbox extends BaseSandbox {
   private readonly hostFiles: FilesystemBackend;
   /** Finds what commands must not see; remembers unchanged directories between commands. */
   private deniedFinder: DeniedFinder | undefined;
+  /** Warm supervisors taking new commands, by kind ("own", or "caller:" and the masks' key). */
+  private readonly supervisors = new Map<string, Supervisor>();
+  /** Every supervisor not yet closed, retiring ones included. */
+  private readonly allSupervisors = new Set<Supervisor>();
 
   constructor(private readonly options: BubblewrapSandboxOptions = {}) {
     super(options);
@@ -207,20 +224,14 @@ export class BubblewrapSandbox extends BaseSandbox {
     this.assertOpen();
     const maxOutputBytes = options.maxOutputBytes ?? this.settings.maxOutputBytes;
     const env = { ...setup.env, ...options.env };
-    const bwrapArgs = ["--args", "3", "--clearenv"];
-    for (const [name, value] of Object.entries(env)) bwrapArgs.push("--setenv", name, value);
     // What the rules deny for reading is hidden from the command: found on the host now, masked in its mount namespace.
     const hidden = this.hiddenFromCommand(options);
+    let denied: Denied[] = [];
     if (hidden) {
       this.deniedFinder ??= new DeniedFinder(this.hostWorkspace, SANDBOX_WORKSPACE, hidden);
-      bwrapArgs.push(...maskArgs(await this.deniedFinder.find()));
+      denied = await this.deniedFinder.find();
     }
-    bwrapArgs.push("--chdir", this.sandboxPath(cwd), "/bin/sh", "-c", command);
-    const response = await runProcess({
-      file: "/bin/sh",
-      args: ["-c", LAUNCHER_SCRIPT, "strata-launcher", setup.argsFile, ...setup.cgroups, "--", ...setup.launcher, ...bwrapArgs],
-      cwd: "/",
-      env: { ...LAUNCHER_ENV },
+    const io = {
       stdin: options.stdin,
       timeout: options.timeout ?? this.settings.timeoutSeconds,
       maxOutputBytes,
@@ -229,7 +240,28 @@ export class BubblewrapSandbox extends BaseSandbox {
       onOutput: options.onOutput,
       onData: options.onData,
       signal: this.commandSignal(options.signal),
+    };
+    if (setup.warm && warmable(command, env)) {
+      const script = slotScript(command, this.sandboxPath(cwd), env);
+      const response = await this.runWarm(setup, hidden ? await maskKey(this.hostWorkspace, denied) : undefined, denied, { ...io, script });
+      if (response) return this.annotate(response, setup);
+    }
+    const bwrapArgs = ["--args", "3", "--clearenv"];
+    for (const [name, value] of Object.entries(env)) bwrapArgs.push("--setenv", name, value);
+    bwrapArgs.push(...maskArgs(denied));
+    bwrapArgs.push("--chdir", this.sandboxPath(cwd), "/bin/sh", "-c", command);
+    const response = await runProcess({
+      file: "/bin/sh",
+      args: ["-c", LAUNCHER_SCRIPT, "strata-launcher", setup.argsFile, ...setup.cgroups, "--", ...setup.launcher, ...bwrapArgs],
+      cwd: "/",
+      env: { ...LAUNCHER_ENV },
+      ...io,
     });
+    return this.annotate(response, setup);
+  }
+
+  /** Says why a command was killed when the memory limit or the quota did it. */
+  private async annotate(response: ExecuteResponse, setup: Setup): Promise<ExecuteResponse> {
     if (response.exitCode === 137 && setup.memoryCgroup && (await oomKills(setup.memoryCgroup)) > setup.oomKillsSeen) {
       setup.oomKillsSeen = await oomKills(setup.memoryCgroup);
       response.output += `\n[Command killed: the sandbox's memory limit of ${this.memoryBytes / 1024 / 1024} MiB was reached]`;
@@ -238,6 +270,74 @@ export class BubblewrapSandbox extends BaseSandbox {
       response.output += `\n[Command killed: it wrote a file past the workspace quota of ${this.quotaBytes} bytes]`;
     }
     return response;
+  }
+
+  /**
+   * Runs a command on a warm supervisor (see bubblewrap-warm.ts): the one
+   * for Strata's own scripts and sandboxes without rules, or, for a caller's
+   * command under rules that deny reading, the one whose masks are the ones
+   * found now (`key`: their paths and inodes). Masks are mounted when a
+   * supervisor starts, so when they change a new supervisor starts and the
+   * old one closes once its commands end; the two kinds never share one, so
+   * a caller's command never reaches the unmasked one. Undefined: the cold
+   * path serves (no supervisor could start).
+   */
+  private async runWarm(setup: Setup, key: string | undefined, denied: Denied[], job: WarmRun): Promise<ExecuteResponse | undefined> {
+    const name = key === undefined ? "own" : `caller:${key}`;
+    for (let attempt = 0; attempt < 3 && setup.warm && !this.closed; attempt++) {
+      let supervisor = this.supervisors.get(name);
+      if (!supervisor || supervisor.dead) {
+        if (supervisor) this.forget(supervisor);
+        supervisor = this.startSupervisor(setup, denied);
+        if (!supervisor) return undefined;
+        this.supervisors.set(name, supervisor);
+        this.allSupervisors.add(supervisor);
+        if (key !== undefined) {
+          for (const [other, old] of this.supervisors) {
+            if (other !== name && other.startsWith("caller:")) {
+              this.supervisors.delete(other);
+              old.retire();
+            }
+          }
+        }
+      }
+      if (!(await supervisor.ready)) {
+        this.forget(supervisor);
+        return undefined;
+      }
+      try {
+        return await supervisor.run(job);
+      } catch (error) {
+        if (!(error instanceof NotAccepted)) throw error;
+        this.forget(supervisor);
+      }
+    }
+    return undefined;
+  }
+
+  /** A new supervisor with these masks, or undefined when its files or cgroup cannot be made (the cold path serves). */
+  private startSupervisor(setup: Setup, denied: Denied[]): Supervisor | undefined {
+    try {
+      return new Supervisor({
+        id: this.id,
+        args: setup.args,
+        masks: maskArgs(denied),
+        cgroups: setup.cgroups,
+        pidsCgroup: setup.pidsCgroup!,
+        launcher: setup.warmLauncher,
+        launcherScript: LAUNCHER_SCRIPT,
+        cpuSeconds: this.options.cpuSeconds,
+        user: this.sandboxUser,
+      });
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Takes no more commands to it; close() still ends it unless it is gone already. */
+  private forget(supervisor: Supervisor): void {
+    for (const [name, known] of this.supervisors) if (known === supervisor) this.supervisors.delete(name);
+    if (supervisor.dead) this.allSupervisors.delete(supervisor);
   }
 
   /**
@@ -328,6 +428,9 @@ export class BubblewrapSandbox extends BaseSandbox {
     if (this.closed) return;
     await super.close();
     const setup = await this.setup?.catch(() => undefined);
+    await Promise.all([...this.allSupervisors].map((supervisor) => supervisor.close()));
+    this.allSupervisors.clear();
+    this.supervisors.clear();
     for (const dir of setup?.cgroups ?? []) await removeCgroup(dir);
     if (setup) rmSync(setup.argsFile, { force: true });
     if (this.ownsWorkspace) rmSync(this.hostWorkspace, { recursive: true, force: true });
@@ -415,6 +518,10 @@ export class BubblewrapSandbox extends BaseSandbox {
     }
     // setpriv before prlimit: RLIMIT_NPROC is then checked against the sandbox user's processes, not root's.
     launcher = [...dropTo(user), ...launcher];
+    // The warm supervisor lives long: CPU seconds bind each command (ulimit -t), not the supervisor.
+    const warmRlimits = rlimits.filter((limit) => !limit.startsWith("--cpu="));
+    const warmLauncher = [...dropTo(user), ...(warmRlimits.length > 0 ? [findExecutable("prlimit")!, ...warmRlimits, "--"] : []), bwrap];
+
     const argsFile = writePrivateFile(`args-${this.id}-${randomBytes(6).toString("hex")}`, args.map((arg) => `${arg}\0`).join(""));
     const env: Record<string, string> = {
       PATH: busybox ? "/usr/bin:/bin" : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -425,7 +532,12 @@ export class BubblewrapSandbox extends BaseSandbox {
     };
     return {
       argsFile,
+      args,
       launcher,
+      warmLauncher,
+      pidsCgroup: cgroups.pids,
+      // Without a pids cgroup nothing could find what a command left running: a bwrap per command then.
+      warm: this.options.warm !== false && cgroups.pids !== undefined,
       env,
       limits,
       cgroups: [cgroups.pids, cgroups.memory].filter((dir): dir is string => dir !== undefined),
@@ -451,11 +563,35 @@ function maskArgs(denied: Denied[]): string[] {
   return args;
 }
 
+/**
+ * What a set of masks stands for: each denied path, whether a directory, and
+ * its inode. A path replaced on the host (a new inode under the same name)
+ * is no longer covered by a mount made on the old one, so it needs a new
+ * supervisor as surely as a new path does.
+ */
+async function maskKey(hostWorkspace: string, denied: Denied[]): Promise<string> {
+  const parts = await Promise.all(
+    denied.map(async ({ path, dir }) => {
+      const stat = await lstat(nodePath.join(hostWorkspace, path), { bigint: true }).catch(() => undefined);
+      return `${path}\0${dir ? "d" : "f"}\0${stat ? `${stat.dev}:${stat.ino}` : "-"}`;
+    }),
+  );
+  return parts.sort().join("\0\0");
+}
+
 interface Setup {
   /** bwrap's namespace and mount arguments, NUL-separated, read through fd 3 (--args). */
   argsFile: string;
+  /** The same arguments, as a list (the warm supervisors write their own file, with their masks). */
+  args: string[];
   /** argv between the launcher script and bwrap's per-command arguments: setpriv, prlimit, bwrap. */
   launcher: string[];
+  /** The same for a warm supervisor: no CPU limit on the supervisor itself. */
+  warmLauncher: string[];
+  /** The sandbox's pids cgroup, under which warm supervisors make one cgroup per command slot. */
+  pidsCgroup: string | undefined;
+  /** Commands go to a warm supervisor (false: `warm: false`, or no pids cgroup). */
+  warm: boolean;
   env: Record<string, string>;
   limits: BubblewrapLimits;
   /** cgroup directories the launcher joins. */

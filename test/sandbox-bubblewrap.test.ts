@@ -11,6 +11,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { toSeedProtocol } from "../core/seed.js";
 import { BubblewrapSandbox, type BubblewrapSandboxOptions } from "../sandboxes/bubblewrap.js";
 import { expectOnePathSpace } from "./support/path-space.js";
+import { processesMatching } from "./containment-cases.js";
 
 const missing = await BubblewrapSandbox.unavailableReason();
 if (missing) throw new Error(`${missing}; run \`bash scripts/services/20-bubblewrap.sh\` (npm test does this for you)`);
@@ -237,5 +238,171 @@ describe("BubblewrapSandbox", () => {
     } finally {
       rmSync(nodePath.dirname(dir), { recursive: true, force: true });
     }
+  });
+});
+
+/** Host pids of processes whose command line holds `marker`, after waiting up to `seconds` for them to go. */
+async function leftovers(marker: string, seconds = 3): Promise<number[]> {
+  const deadline = Date.now() + seconds * 1000;
+  let alive = processesMatching(marker);
+  while (alive.length > 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    alive = processesMatching(marker);
+  }
+  for (const pid of alive) process.kill(pid, "SIGKILL");
+  return alive;
+}
+
+/** Unique, harmless sleep durations: their command line marks what a command left behind. */
+const marker = () => `1000.${String(Math.floor(Math.random() * 1e6)).padStart(6, "0")}3`;
+
+describe("BubblewrapSandbox's warm supervisor", () => {
+  const open: BubblewrapSandbox[] = [];
+  const sandbox = (options?: BubblewrapSandboxOptions) => {
+    const created = new BubblewrapSandbox(options);
+    open.push(created);
+    return created;
+  };
+  afterEach(async () => {
+    await Promise.all(open.splice(0).map((s) => s.close()));
+  });
+
+  /**
+   * The host pids of the sandbox's supervisor shells: found by name and by the sandbox's own pids cgroup,
+   * leaving out their waiters (forks of the same shell, so the same name, whose parent is a supervisor).
+   */
+  const supervisors = (s: BubblewrapSandbox) => {
+    const named = processesMatching("strata-supervisor").filter((pid) => {
+      try {
+        // Not bwrap, whose arguments name the supervisor too.
+        if (!readFileSync(`/proc/${pid}/cmdline`, "utf8").startsWith("/bin/sh\0")) return false;
+        return readFileSync(`/proc/${pid}/cgroup`, "utf8").includes(`strata-${s.id}`);
+      } catch {
+        return false;
+      }
+    });
+    const parent = (pid: number) => {
+      try {
+        return Number(/^PPid:\s+(\d+)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]);
+      } catch {
+        return 0;
+      }
+    };
+    return named.filter((pid) => !named.includes(parent(pid)));
+  };
+  const children = (pid: number) => readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8").trim().split(" ").filter(Boolean).map(Number);
+
+  it("kills what a finished command left in the background, setsid and double forks included", async () => {
+    const s = toSeedProtocol(sandbox());
+    const [a, b, c] = [marker(), marker(), marker()];
+    const started = Date.now();
+    const result = await s.execute(`sleep ${a} & (setsid sleep ${b} > /dev/null 2>&1 < /dev/null &); (sh -c 'sleep ${c} &' &); echo started`);
+    expect(result).toEqual({ output: "started\n", exitCode: 0, truncated: false });
+    expect(Date.now() - started).toBeLessThan(3000);
+    expect(await leftovers(a)).toEqual([]);
+    expect(await leftovers(b)).toEqual([]);
+    expect(await leftovers(c)).toEqual([]);
+    expect((await s.execute("echo next")).output).toBe("next\n");
+    // Moving into an idle slot's cgroup does not save a process either.
+    const d = marker();
+    const moved = await s.execute(`sh -c 'for f in /dev/.strata/cg/s*/tasks; do echo $$ > $f 2>/dev/null && break; done; exec sleep ${d}' & sleep 0.2; echo moved`);
+    expect(moved.output).toBe("moved\n");
+    expect(await leftovers(d)).toEqual([]);
+  });
+
+  it("kills the whole group at the timeout, escapees included, and runs the next command", async () => {
+    const s = toSeedProtocol(sandbox());
+    const [a, b] = [marker(), marker()];
+    const result = await s.execute(`(setsid sh -c 'sleep ${a}' &); sleep ${b}; echo not-reached`, { timeout: 1 });
+    expect(result.exitCode).toBe(124);
+    expect(result.output).not.toContain("not-reached");
+    expect(result.output).toMatch(/timed out after 1 s/);
+    expect(await leftovers(a)).toEqual([]);
+    expect(await leftovers(b)).toEqual([]);
+    expect((await s.execute("echo again")).output).toBe("again\n");
+  });
+
+  it("survives a fork bomb in one command: the next command works", async () => {
+    const native = sandbox({ maxProcesses: 48 });
+    const s = toSeedProtocol(native);
+    // Each shell forks two more, then blocks opening a FIFO nobody writes: the bomb holds the limit until the timeout.
+    const hold = `/tmp/hold-${randomUUID()}`;
+    const bomb = await s.execute(`mkfifo ${hold}; b() { b & b & read _ < ${hold}; }; b`, { timeout: 2 });
+    expect(bomb.exitCode).toBe(124);
+    let after = await s.execute("echo after");
+    // The pids freed by the kill can take a moment to be reaped; the supervisor itself stays (or restarts).
+    for (let attempt = 0; attempt < 20 && after.output !== "after\n"; attempt++) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      after = await s.execute("echo after");
+    }
+    expect(after).toEqual({ output: "after\n", exitCode: 0, truncated: false });
+  });
+
+  it("restarts transparently when its supervisor is killed: a running command says so, the next one runs", async () => {
+    const native = sandbox();
+    const s = toSeedProtocol(native);
+    expect((await s.execute("echo warm")).output).toBe("warm\n");
+    let started!: () => void;
+    const begun = new Promise<void>((resolve) => (started = resolve));
+    const running = s.execute("echo started; sleep 5; echo late", { timeout: 30, onOutput: started });
+    await begun;
+    const pids = supervisors(native);
+    expect(pids.length).toBeGreaterThan(0);
+    for (const pid of pids) process.kill(pid, "SIGKILL");
+    const killed = await running;
+    expect(killed.exitCode).toBe(137);
+    expect(killed.output).toContain("supervisor ended");
+    expect((await s.execute("echo next")).output).toBe("next\n");
+    expect(supervisors(native).some((pid) => !pids.includes(pid))).toBe(true);
+  });
+
+  it("answers, not hangs, when a command's waiter in the supervisor is killed", async () => {
+    const native = sandbox();
+    const s = toSeedProtocol(native);
+    let started!: () => void;
+    const begun = new Promise<void>((resolve) => (started = resolve));
+    const running = s.execute("echo started; sleep 1; echo done", { timeout: 30, onOutput: started });
+    await begun;
+    const waiters = supervisors(native).flatMap(children);
+    expect(waiters.length).toBeGreaterThan(0);
+    for (const pid of waiters) process.kill(pid, "SIGKILL");
+    const result = await running;
+    expect(result.exitCode).toBe(137);
+    expect(result.output).toMatch(/^started\ndone\n/);
+    expect(result.output).toContain("lost its exit code");
+    expect((await s.execute("echo next")).output).toBe("next\n");
+  });
+
+  it("runs 10 commands at once, each with its own stdin, output, stderr and exit code", async () => {
+    const s = toSeedProtocol(sandbox());
+    const results = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => s.execute(`cat; echo " err${i}" >&2; sleep 0.${i}; exit ${i}`, { stdin: `in${i}` })),
+    );
+    expect(results).toEqual(Array.from({ length: 10 }, (_, i) => ({ output: `in${i} err${i}\n`, exitCode: i, truncated: false })));
+    // And more than one batch of slots at once.
+    const many = await Promise.all(Array.from({ length: 40 }, (_, i) => s.execute(`echo ${i}`)));
+    expect(many.map((r) => r.output)).toEqual(Array.from({ length: 40 }, (_, i) => `${i}\n`));
+  });
+
+  it("gives a command the environment, working directory and identity a bwrap per command gives", async () => {
+    const dir = mkdtempSync(nodePath.join(tmpdir(), "strata-bwrap-parity-"));
+    try {
+      if (process.getuid?.() === 0) chmodSync(dir, 0o755);
+      mkdirSync(nodePath.join(dir, "sub"));
+      const probe = "env | sort; pwd; id; ulimit -t; ls -a /; ls /proc/self/fd";
+      const options = { cwd: "sub", env: { EXTRA: "it's \"quoted\"\nand multi-line", PATH: "/usr/bin:/bin" } };
+      const warm = await toSeedProtocol(sandbox({ workspace: dir, cpuSeconds: 7 })).execute(probe, options);
+      const cold = await toSeedProtocol(sandbox({ workspace: dir, cpuSeconds: 7, warm: false })).execute(probe, options);
+      expect(warm.exitCode).toBe(0);
+      expect(warm).toEqual(cold);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("refuses a command over Linux's argument limit as a bwrap per command does", async () => {
+    const s = toSeedProtocol(sandbox());
+    await expect(s.execute(`echo ${"x".repeat(200 * 1024)}`)).rejects.toMatchObject({ code: "invalid_argument" });
+    expect((await s.execute(`echo ${"x".repeat(100 * 1024)} | wc -c`)).output).toBe(`${100 * 1024 + 1}\n`);
   });
 });

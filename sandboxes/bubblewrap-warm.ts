@@ -1,0 +1,531 @@
+/**
+ * BubblewrapSandbox's warm path: one long-lived supervisor, a POSIX `sh`
+ * loop started once inside the sandbox's bwrap namespaces and cgroups, that
+ * starts each command on request, so a command pays two forks of a small
+ * shell and one exec, not a bwrap start and not a Node spawn.
+ *
+ * The protocol. Node writes one line per request to the supervisor's stdin
+ * (`r <slot> <i|->`) and reads one line per event from its stdout (`a
+ * <slot>` accepted, `x <slot> <status>` ended). A slot is a set of files in
+ * a control directory this process owns, mounted read-only at /dev/.strata:
+ * `s<slot>` (the command, its working directory and environment, as a
+ * script Node writes), `o<slot>`, `e<slot>` and `i<slot>` (FIFOs for
+ * stdout, stderr and stdin, which Node opens without blocking and reads
+ * through libuv, as it reads a child's pipes), and `cg/s<slot>`, a pids
+ * cgroup of its own under the sandbox's.
+ *
+ * Each command joins its slot's cgroup before it execs `/bin/sh -c`, and
+ * everything it starts stays there (a `setsid` or double-forked escapee
+ * included: cgroup membership is inherited and only a write to a cgroup's
+ * `tasks` or `cgroup.procs` changes it). When the command's shell ends, or its timeout,
+ * abort or output cap fires, this process kills every process in that
+ * cgroup from the host, so nothing the command started survives it, as with
+ * a bwrap per command. The environment is applied in the command's own
+ * process, right before its exec, so a caller's LD_PRELOAD reaches the
+ * command alone, never the supervisor.
+ *
+ * The supervisor's crash (or its fork failing under a fork bomb, which ends
+ * a non-interactive shell) ends its bwrap and everything in it: commands it
+ * had not accepted are run again on a new supervisor, transparently; those
+ * it had accepted answer exit 137 with a note.
+ */
+import { execFile, spawn, type ChildProcess } from "node:child_process";
+import { chownSync, closeSync, constants as fsConstants, ftruncateSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
+import { Socket } from "node:net";
+import nodePath from "node:path";
+import { randomBytes } from "node:crypto";
+import type { ExecuteResponse } from "../core/types.js";
+import { SANDBOX_DEFAULTS } from "./defaults.js";
+import { LAUNCHER_ENV, supportDir, writePrivateFile } from "./bubblewrap-host.js";
+import { feedStdin, type ProcessRun } from "./process.js";
+import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./output.js";
+import { shellQuote } from "./shell.js";
+import { removeCgroup } from "./cgroups.js";
+
+/** Where the control directory appears inside the sandbox (not in `ls /`). */
+export const CONTROL_INSIDE = "/dev/.strata";
+/** Slots made at once (three FIFOs and a script each); more are made when every one is busy. */
+const SLOT_BATCH = 16;
+/** How long the output FIFOs may stay open after the command's namespace ended (only a holder outside it). */
+const PIPE_DEADLINE_MS = 1_000;
+/** How long a slot may stay empty with its output ended, or after a kill, before its status counts as lost. */
+const LOST_AFTER_MS = 2_000;
+/** How long a supervisor may take to say it is ready. */
+const START_TIMEOUT_MS = 10_000;
+
+/**
+ * The supervisor. $1: CPU seconds per command, or "-". fd 3 is the event
+ * channel (the supervisor's stdout); stdout itself goes to /dev/null so
+ * nothing else can write into the protocol. Each request forks a waiter,
+ * which opens the slot's stdin FIFO and reports acceptance, opens the output
+ * FIFOs, forks the command and waits; its EXIT trap closes its copies of the
+ * FIFOs and reports the status, also when its fork failed (the shell then
+ * exits). The command's own subshell
+ * joins the slot's cgroup (0 written to `tasks` moves the writing thread, a
+ * single-threaded shell's whole process, and unlike a write to
+ * `cgroup.procs` skips the global lock whose RCU grace period costs
+ * milliseconds), takes its stdio
+ * through `exec` (an asynchronous command's stdin would otherwise be
+ * /dev/null) without fd 3, sources the slot's script and execs the command.
+ */
+const SUPERVISOR_SCRIPT = `exec 3>&1 >/dev/null
+c=${CONTROL_INSIDE}; t=$1
+echo ready >&3
+while read -r op k p; do
+  [ "$op" = r ] || continue
+  (
+    trap 's=$?; exec 4<&- 5>&- 6>&-; echo "x $k $s" >&3' EXIT
+    if [ "$p" = i ]; then exec 4<"$c/i$k"; else exec 4</dev/null; fi
+    echo "a $k" >&3
+    exec 5>"$c/o$k" 6>"$c/e$k"
+    (
+      exec <&4 >&5 2>&6 3>&- 4<&- 5>&- 6>&-
+      echo 0 >"$c/cg/s$k/tasks" || exit 125
+      [ "$t" = - ] || ulimit -t "$t"
+      . "$c/s$k"
+      exec /bin/sh -c "$cmd"
+    ) &
+    wait $!
+  ) &
+done`;
+
+/** What the warm path cannot carry, so the command takes the cold path: a name `sh` cannot export, an argument over Linux's limit. */
+export function warmable(command: string, env: Record<string, string>): boolean {
+  if (Buffer.byteLength(command) > 128 * 1024) return false;
+  for (const [name, value] of Object.entries(env)) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name) || Buffer.byteLength(name) + Buffer.byteLength(value) + 1 > 128 * 1024) return false;
+  }
+  return true;
+}
+
+/** The slot script: the working directory, the whole environment, the command (all single-quoted). */
+export function slotScript(command: string, cwd: string, env: Record<string, string>): string {
+  const lines = [`cd -- ${shellQuote(cwd)} || exit 1`, "unset OLDPWD"];
+  for (const [name, value] of Object.entries(env)) lines.push(`export ${name}=${shellQuote(value)}`);
+  lines.push(`cmd=${shellQuote(command)}`, "");
+  return lines.join("\n");
+}
+
+export interface SupervisorStart {
+  /** Sandbox id, for names. */
+  id: string;
+  /** bwrap's namespace and mount arguments (the sandbox's own), before the control directory and masks. */
+  args: string[];
+  /** Extra bwrap arguments after the control directory's mount (the masks). */
+  masks: string[];
+  /** cgroup directories the launcher joins. */
+  cgroups: string[];
+  /** The sandbox's pids cgroup: each supervisor makes its slots' cgroups under it. */
+  pidsCgroup: string;
+  /** argv in front of bwrap's arguments: setpriv, prlimit (without --cpu), bwrap. */
+  launcher: string[];
+  /** The launcher script (BubblewrapSandbox's). */
+  launcherScript: string;
+  cpuSeconds: number | undefined;
+  /** The host user commands run as (files they must open are handed to it), or undefined when this process is not root. */
+  user: { uid: number; gid: number } | undefined;
+}
+
+/** One command for a supervisor: the slot script plus runProcess's I/O options. */
+export interface WarmRun extends Pick<ProcessRun, "stdin" | "timeout" | "maxOutputBytes" | "killAfterBytes" | "onOutput" | "onData" | "signal"> {
+  script: string;
+}
+
+/** A supervisor ended before it accepted the command: run it again elsewhere. */
+export class NotAccepted extends Error {}
+
+interface Pending {
+  accepted: boolean;
+  /** Called once it is accepted: its stdin FIFO is open at both ends, so input may flow (and end). */
+  accept: () => void;
+  ended: (status: number) => void;
+  gone: () => void;
+}
+
+export class Supervisor {
+  private readonly child: ChildProcess;
+  private readonly control: string;
+  /** This supervisor's cgroup on the host (under the sandbox's pids cgroup), parent of its slots'. */
+  private readonly cgroup: string;
+  private readonly pending = new Map<number, Pending>();
+  private readonly free: number[] = [];
+  /** Each slot's script file, open for rewriting. */
+  private readonly scripts: number[] = [];
+  private slots = 0;
+  private growing: Promise<void> | undefined;
+  private lines = "";
+  /** Resolves true once the supervisor said it is ready, false if it cannot be (then the cold path serves). */
+  readonly ready: Promise<boolean>;
+  private readyAnswer: ((ok: boolean) => void) | undefined;
+  private argsFile: string | undefined;
+  private closing: Promise<void> | undefined;
+  dead = false;
+  private retired = false;
+
+  constructor(private readonly start: SupervisorStart) {
+    const name = `${start.id}-${randomBytes(6).toString("hex")}`;
+    this.control = nodePath.join(supportDir(), `ctl-${name}`);
+    const group = start.user?.gid;
+    mkdirSync(this.control, { mode: group === undefined ? 0o700 : 0o750 });
+    mkdirSync(nodePath.join(this.control, "cg"));
+    if (group !== undefined) chownSync(this.control, 0, group);
+    this.cgroup = nodePath.join(start.pidsCgroup, `warm-${randomBytes(6).toString("hex")}`);
+    mkdirSync(this.cgroup);
+    const args = [...start.args, "--ro-bind", this.control, CONTROL_INSIDE, "--bind", this.cgroup, `${CONTROL_INSIDE}/cg`, ...start.masks];
+    this.argsFile = writePrivateFile(`args-${name}`, args.map((arg) => `${arg}\0`).join(""));
+    this.ready = new Promise((resolve) => (this.readyAnswer = resolve));
+    const bwrapArgs = ["--args", "3", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--chdir", "/"];
+    this.child = spawn(
+      "/bin/sh",
+      [
+        "-c",
+        start.launcherScript,
+        "strata-launcher",
+        this.argsFile,
+        ...start.cgroups,
+        "--",
+        ...start.launcher,
+        ...bwrapArgs,
+        "/bin/sh",
+        "-c",
+        SUPERVISOR_SCRIPT,
+        "strata-supervisor",
+        start.cpuSeconds === undefined ? "-" : String(start.cpuSeconds),
+      ],
+      { cwd: "/", env: { ...LAUNCHER_ENV }, detached: true, stdio: ["pipe", "pipe", "ignore"] },
+    );
+    this.child.stdin!.on("error", () => undefined);
+    this.child.stdout!.setEncoding("utf8").on("data", (chunk: string) => this.onEvents(chunk));
+    this.child.on("error", () => this.onGone());
+    this.child.on("close", () => this.onGone());
+    const timer = setTimeout(() => this.answerReady(false), START_TIMEOUT_MS);
+    void this.ready.then(() => clearTimeout(timer));
+    this.grow().catch(() => this.answerReady(false));
+  }
+
+  /** No command is running on it. */
+  get idle(): boolean {
+    return this.pending.size === 0;
+  }
+
+  /** Stops taking commands; closes once the running ones end. */
+  retire(): void {
+    this.retired = true;
+    if (this.idle) void this.close();
+  }
+
+  /** Kills the supervisor, its bwrap and every command in it; removes its cgroups and files. */
+  close(): Promise<void> {
+    this.retired = true;
+    this.closing ??= (async () => {
+      if (!this.dead && this.child.pid !== undefined) {
+        try {
+          process.kill(-this.child.pid, "SIGKILL");
+        } catch {
+          // Already gone.
+        }
+      }
+      // Slots being made now would land in a directory being removed.
+      await this.growing?.catch(() => undefined);
+      if (this.argsFile) rmSync(this.argsFile, { force: true });
+      for (const fd of this.scripts.splice(0)) closeSync(fd);
+      rmSync(this.control, { recursive: true, force: true, maxRetries: 3 });
+      for (let n = 0; n < this.slots; n++) await this.killSlot(n);
+      for (let n = 0; n < this.slots; n++) await removeCgroup(nodePath.join(this.cgroup, `s${n}`));
+      await removeCgroup(this.cgroup);
+    })();
+    return this.closing;
+  }
+
+  private answerReady(ok: boolean): void {
+    const answer = this.readyAnswer;
+    this.readyAnswer = undefined;
+    if (!answer) return;
+    answer(ok);
+    if (!ok) void this.close();
+    // bwrap has read its arguments: the file (host paths) can go.
+    else if (this.argsFile) {
+      rmSync(this.argsFile, { force: true });
+      this.argsFile = undefined;
+    }
+  }
+
+  private onGone(): void {
+    if (this.dead) return;
+    this.dead = true;
+    this.answerReady(false);
+    for (const pending of [...this.pending.values()]) pending.gone();
+    this.pending.clear();
+    void this.close();
+  }
+
+  private onEvents(chunk: string): void {
+    this.lines += chunk;
+    let end: number;
+    while ((end = this.lines.indexOf("\n")) !== -1) {
+      const [op, a, b] = this.lines.slice(0, end).split(" ");
+      this.lines = this.lines.slice(end + 1);
+      if (op === "ready") this.answerReady(true);
+      else {
+        const pending = this.pending.get(Number(a));
+        if (!pending) continue;
+        if (op === "a") {
+          pending.accepted = true;
+          pending.accept();
+        } else if (op === "x") pending.ended(Number(b));
+      }
+    }
+  }
+
+  private send(line: string): void {
+    if (!this.dead) this.child.stdin!.write(`${line}\n`);
+  }
+
+  /** The host pids in slot `n`'s cgroup (empty when it has none, or is gone). */
+  private members(n: number): number[] {
+    try {
+      return readFileSync(nodePath.join(this.cgroup, `s${n}`, "cgroup.procs"), "utf8")
+        .split("\n")
+        .filter((line) => line !== "")
+        .map(Number);
+    } catch {
+      return [];
+    }
+  }
+
+  /**
+   * Kills every process in slot `n`'s cgroup, again until it is empty (a
+   * process forking meanwhile is caught by the next round; a fork racing
+   * SIGKILL fails). Host pids, read from the cgroup: a command cannot
+   * leave it, nor name a process outside it.
+   */
+  private async killSlot(n: number): Promise<void> {
+    for (let round = 0; round < 500; round++) {
+      const members = this.members(n);
+      if (members.length === 0) return;
+      for (const pid of members) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {
+          // Gone meanwhile.
+        }
+      }
+      await new Promise((resolve) => setTimeout(resolve, round < 10 ? 1 : 10));
+    }
+  }
+
+  /** Makes SLOT_BATCH more slots: one `mkfifo` for their FIFOs, their scripts, their cgroups. */
+  private grow(): Promise<void> {
+    this.growing ??= (async () => {
+      if (this.retired) throw new NotAccepted();
+      const first = this.slots;
+      const numbers = Array.from({ length: SLOT_BATCH }, (_, i) => first + i);
+      const user = this.start.user;
+      const fifos = numbers.flatMap((n) => ["i", "o", "e"].map((kind) => nodePath.join(this.control, `${kind}${n}`)));
+      await new Promise<void>((resolve, reject) =>
+        execFile("mkfifo", ["-m", user === undefined ? "0600" : "0660", ...fifos], { env: { ...LAUNCHER_ENV } }, (error) =>
+          error ? reject(error) : resolve(),
+        ),
+      );
+      const scripts = numbers.map((n) => nodePath.join(this.control, `s${n}`));
+      // Kept open and rewritten in place: truncating on open and closing makes ext4 flush the file (2 ms).
+      for (const script of scripts) this.scripts.push(openSync(script, "w", user === undefined ? 0o600 : 0o640));
+      if (user !== undefined) for (const path of [...fifos, ...scripts]) chownSync(path, 0, user.gid);
+      for (const n of numbers) {
+        const dir = nodePath.join(this.cgroup, `s${n}`);
+        mkdirSync(dir);
+        // The command joins it itself, as the sandbox user; it can write nothing else there.
+        if (user !== undefined) chownSync(nodePath.join(dir, "tasks"), user.uid, user.gid);
+      }
+      this.slots += SLOT_BATCH;
+      this.free.push(...numbers);
+    })().finally(() => (this.growing = undefined));
+    return this.growing;
+  }
+
+  private async slot(): Promise<number> {
+    for (;;) {
+      const slot = this.free.pop();
+      if (slot !== undefined) return slot;
+      await this.grow();
+    }
+  }
+
+  /**
+   * Runs one command; answers as runProcess does. Rejects with NotAccepted
+   * when the supervisor ended before the command was accepted (it never ran).
+   */
+  async run(job: WarmRun): Promise<ExecuteResponse> {
+    if (job.signal?.aborted) throw job.signal.reason;
+    let slot: number;
+    try {
+      slot = await this.slot();
+    } catch {
+      throw new NotAccepted(); // No slot could be made (closing, or its files failed): another supervisor, or the cold path.
+    }
+    if (this.dead || this.retired) {
+      this.free.push(slot);
+      throw new NotAccepted();
+    }
+    const script = Buffer.from(job.script);
+    writeSync(this.scripts[slot]!, script, 0, script.length, 0);
+    ftruncateSync(this.scripts[slot]!, script.length);
+    const open = (kind: string, flags: number) => openSync(nodePath.join(this.control, `${kind}${slot}`), flags | fsConstants.O_NONBLOCK);
+    const fds: number[] = [];
+    let sockets: Socket[];
+    try {
+      fds.push(open("o", fsConstants.O_RDONLY), open("e", fsConstants.O_RDONLY));
+      sockets = fds.map((fd) => new Socket({ fd, readable: true, writable: false }));
+    } catch (error) {
+      for (const fd of fds) closeSync(fd);
+      this.free.push(slot);
+      throw error;
+    }
+    const hasStdin = job.stdin instanceof ReadableStream || (job.stdin !== undefined && job.stdin.length > 0);
+    // Read-write: opening never waits for the command to open its end, and the command sees EOF once this closes.
+    const input = hasStdin ? new Socket({ fd: open("i", fsConstants.O_RDWR), readable: false, writable: true }) : undefined;
+    input?.on("error", () => undefined);
+    return new Promise<ExecuteResponse>((resolve, reject) => {
+      const output = new OutputCollector(job.maxOutputBytes, job.onOutput, job.onData);
+      let timedOut = false;
+      let overflowed = false;
+      let status: number | undefined;
+      let openStreams = 2;
+      let settled = false;
+      let reusable = true;
+      let deadline: NodeJS.Timeout | undefined;
+      let killing: Promise<void> | undefined;
+      let lost = false;
+      let watchdog: NodeJS.Timeout | undefined;
+      // The waiter reports the status; a command can kill it (it is a process of the same user). Once the
+      // output has ended or a kill was asked for, a slot whose cgroup stays empty with no status is lost.
+      const watch = () => {
+        if (watchdog || status !== undefined) return;
+        watchdog = setInterval(() => {
+          if (status !== undefined || this.dead) return clearInterval(watchdog);
+          if (this.members(slot).length > 0) return;
+          clearInterval(watchdog);
+          lost = true;
+          openStreams = 0;
+          pending.ended(137);
+        }, LOST_AFTER_MS);
+      };
+      // Until the command has ended, it may not have joined its cgroup yet: keep emptying it until then.
+      const kill = () =>
+        (killing ??= (async () => {
+          watch();
+          while (status === undefined && !this.dead) {
+            await this.killSlot(slot);
+            if (status === undefined) await new Promise((resolve) => setTimeout(resolve, 5));
+          }
+          await this.killSlot(slot);
+        })());
+      const pending: Pending = {
+        accepted: false,
+        accept: () => {
+          if (input && !settled) feedStdin(job.stdin, input);
+        },
+        ended: (code) => {
+          status = code;
+          // What the command left running goes with it; the FIFOs then close (the waiter closed its
+          // copies before it reported). A holder outside the cgroup (another command's process that
+          // opened them) is cut off at the deadline, counted from when the cgroup is empty.
+          void kill().then(() => {
+            if (settled) return;
+            deadline = setTimeout(() => {
+              reusable = false;
+              openStreams = 0;
+              maybeDone();
+            }, SANDBOX_DEFAULTS.killGraceMs + PIPE_DEADLINE_MS);
+          });
+          maybeDone();
+        },
+        gone: () => {
+          if (!pending.accepted) return finish(() => reject(new NotAccepted()));
+          status = 137;
+          openStreams = 0;
+          reusable = false;
+          finish(() =>
+            resolve({ output: `${output.text()}\n[Command killed: the sandbox's supervisor ended]`, exitCode: 137, truncated: output.truncated }),
+          );
+        },
+      };
+      const timer = job.timeout === undefined ? undefined : setTimeout(() => {
+        timedOut = true;
+        void kill();
+      }, job.timeout * 1000);
+      const onAbort = () => {
+        void kill();
+        finish(() => reject(job.signal!.reason));
+      };
+      job.signal?.addEventListener("abort", onAbort, { once: true });
+      const finish = (settle: () => void) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        clearTimeout(deadline);
+        clearInterval(watchdog);
+        job.signal?.removeEventListener("abort", onAbort);
+        settle();
+        // The slot is free once its command ended and its cgroup is empty. Until then the FIFOs stay
+        // open here: the waiter opens them before the command starts, and would wait forever for an
+        // end this side had closed.
+        const release = async () => {
+          await killing;
+          for (const socket of sockets) socket.destroy();
+          input?.destroy();
+          this.pending.delete(slot);
+          if (reusable && !this.dead && this.members(slot).length === 0) this.free.push(slot);
+          // Every slot's `tasks` file is the sandbox user's (its command joins it itself), so a process can move
+          // into an idle slot's cgroup and out of its own: whatever sits in an idle slot dies when any command ends.
+          for (const idle of this.free) if (this.members(idle).length > 0) void this.killSlot(idle);
+          if (this.retired && this.idle) void this.close();
+        };
+        if (status !== undefined || this.dead) void release();
+        else
+          pending.ended = (code) => {
+            status = code;
+            void kill();
+            void release();
+          };
+      };
+      const maybeDone = () => {
+        if (status === undefined || openStreams > 0) return;
+        finish(() => {
+          let text = output.text();
+          let exitCode = status!;
+          if (timedOut) {
+            text += timeoutMessage(job.timeout!);
+            exitCode = TIMEOUT_EXIT_CODE;
+          } else if (overflowed) {
+            text += `\n[Command killed: it wrote more than ${job.killAfterBytes} bytes of output]`;
+          } else if (lost) {
+            text += "\n[Command ended, but the sandbox's supervisor lost its exit code (a process of the sandbox killed its waiter)]";
+          }
+          resolve({ output: text, exitCode, truncated: output.truncated });
+        });
+      };
+      sockets.forEach((socket, i) => {
+        const source = i === 0 ? "stdout" : "stderr";
+        socket.on("data", (chunk: Buffer) => {
+          if (settled) return;
+          output.push(chunk, source);
+          if (!overflowed && output.totalBytes > job.killAfterBytes) {
+            overflowed = true;
+            void kill();
+          }
+        });
+        socket.on("error", () => undefined);
+        socket.on("close", () => {
+          openStreams--;
+          if (openStreams === 0) watch();
+          maybeDone();
+        });
+      });
+      this.pending.set(slot, pending);
+      this.send(`r ${slot} ${input ? "i" : "-"}`);
+      // Aborted while a slot was found: the listener came too late to hear it.
+      if (job.signal?.aborted) onAbort();
+    });
+  }
+}
