@@ -122,7 +122,11 @@ export const mcpGroup: BenchGroup = {
             async () => countLines(await call(strata, "ls", { path: "/pkg0" })),
             async () => countLines(await call(peer, "list_directory", { path: join(tree, "pkg0") })),
           ),
-          notes: [note],
+          peers: [
+            { name: PEER, run: async () => countLines(await call(peer, "list_directory", { path: join(tree, "pkg0") })) },
+            { name: `${PEER}, list_directory_with_sizes`, run: async () => countLines(await call(peer, "list_directory_with_sizes", { path: join(tree, "pkg0") })) },
+          ],
+          notes: [note, "Strata's ls answers each file's size, as the peer's list_directory_with_sizes does (a stat per entry); the peer's list_directory answers names only, with no stat."],
         }),
       );
 
