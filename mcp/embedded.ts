@@ -15,6 +15,7 @@ import { baseName, normalizePath } from "../core/paths.js";
 import type { Backend, Sandbox } from "../core/protocol.js";
 import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { LocalSandbox } from "../sandboxes/local.js";
+import { OverlaySandbox } from "../sandboxes/overlay.js";
 import type { SshSandbox } from "../sandboxes/ssh.js";
 import type { AllowedRoot } from "./fs-tools.js";
 import { openOverlay, type OpenedOverlay } from "./overlay.js";
@@ -43,8 +44,10 @@ export interface EmbeddedWorkspaceOptions {
   memories?: boolean;
   /**
    * Serve the directory through an overlay (mcp/overlay.ts): changes wait in
-   * `.strata/overlay.db` for `strata commit` or `strata discard`. No shell is
-   * offered: commands would see the disk, not the layer.
+   * `.strata/overlay.db` for `strata commit` or `strata discard`. Commands
+   * (bubblewrap, or local with `unsafeLocal`) run on a scratch copy of the
+   * overlay's view and their changes land in the layer too (OverlaySandbox);
+   * docker and ssh sandboxes are refused: their files are not the directory.
    */
   overlay?: boolean;
 }
@@ -56,7 +59,7 @@ export const DEFAULT_ROUTES: Readonly<Record<string, string>> = { "/memories": "
 
 /** Which shell `auto` (or the choice given) comes to here. */
 export async function embeddedShell(options: EmbeddedWorkspaceOptions = {}): Promise<ShellKind> {
-  const choice = options.execute === false || options.overlay ? "none" : (options.sandbox ?? "auto");
+  const choice = options.execute === false ? "none" : (options.sandbox ?? "auto");
   if (choice === "none") return "none";
   if (choice === "local") return "local";
   if (choice === "bwrap") return "bubblewrap";
@@ -74,8 +77,23 @@ export async function openEmbeddedWorkspace(directory: string, options: Embedded
   let sandbox: Sandbox | undefined;
   let layer: OpenedOverlay | undefined;
   if (options.overlay) {
+    if (shell === "docker" || shell === "ssh") throw new Error("--overlay lies over the local directory: its commands run in bubblewrap (or locally with --unsafe-local), not in docker or over ssh");
+    if (shell === "bubblewrap") {
+      const why = await BubblewrapSandbox.unavailableReason();
+      if (why) throw new Error(`bubblewrap cannot run here: ${why}`);
+    }
     layer = openOverlay(dir);
-    files = layer.overlay;
+    if (shell === "none") files = layer.overlay;
+    else {
+      // The overlay's permission rules decide what reaches the scratch copy; the sandbox's own would only repeat them.
+      const make = shell === "bubblewrap" ? (scratch: string) => new BubblewrapSandbox({ workspace: scratch, permissions: false }) : (scratch: string) => new LocalSandbox({ workspace: scratch, permissions: false });
+      try {
+        files = sandbox = await OverlaySandbox.open({ overlay: layer.overlay, sandbox: make });
+      } catch (error) {
+        await layer.close();
+        throw error;
+      }
+    }
   } else if (shell === "bubblewrap") {
     const why = await BubblewrapSandbox.unavailableReason();
     if (why) throw new Error(`bubblewrap cannot run here: ${why}`);
