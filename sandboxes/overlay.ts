@@ -34,7 +34,7 @@
  * answers. Reads do not wait.
  */
 import { createHash } from "node:crypto";
-import { lstatSync, mkdtempSync, openSync, readdirSync, readFileSync, closeSync, constants, rmSync, type BigIntStats } from "node:fs";
+import { lstatSync, mkdirSync, mkdtempSync, writeFileSync, openSync, readdirSync, readFileSync, closeSync, constants, rmSync, type BigIntStats } from "node:fs";
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import type { OverlayBackend, OverlayCommit, OverlayConflict } from "../backends/overlay.js";
@@ -99,9 +99,15 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
     const scratch = mkdtempSync(nodePath.join(tmpdir(), "strata-overlay-"));
     let inner: Sandbox | undefined;
     try {
+      // The first copy is written straight into the fresh directory, before any command: a
+      // sandbox hands its workspace to its user at its first command (BubblewrapSandbox as root).
+      await copyView(options.overlay, "/", (dirs) => {
+        for (const dir of dirs) if (dir !== "/") mkdirSync(nodePath.join(scratch, dir.slice(1)), { recursive: true });
+      }, (files) => {
+        for (const [path, bytes] of files) writeFileSync(nodePath.join(scratch, path.slice(1)), bytes, { flag: "wx" });
+      });
       inner = await options.sandbox(scratch);
       const opened = new OverlaySandbox(options.overlay, inner, scratch);
-      await opened.copyIn("/");
       opened.seen = opened.scan(new Map());
       return opened;
     } catch (error) {
@@ -299,34 +305,16 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
       const removed = await this.inner.delete(inner(path));
       if (removed.error && removed.error.code !== "file_not_found") throw toStrata(removed.error);
     }
-    const there = await this.overlay.stat(path);
-    if (there.error) {
-      if (there.error.code === "file_not_found" || there.error.code === "not_a_directory" || there.error.code === "permission_denied") return;
-      throw toStrata(there.error);
-    }
-    const files: string[] = [];
-    const dirs: string[] = [];
-    if (there.is_dir) {
-      const pending = [path];
-      while (pending.length > 0) {
-        const dir = pending.pop()!;
-        dirs.push(dir);
-        const listed = await this.overlay.ls(dir);
-        if (listed.error) continue; // a directory the rules hide stays out of the scratch
-        for (const entry of listed.entries) {
-          if (entry.is_dir) pending.push(entry.path.slice(0, -1));
-          else files.push(entry.path);
-        }
-      }
-    } else files.push(path);
-    for (const dir of dirs.sort()) if (dir !== "/") unwrap(await this.inner.mkdir(inner(dir), { recursive: true }));
-    for (let i = 0; i < files.length; i += BATCH) {
-      const got = unwrap(await this.overlay.downloadFiles(files.slice(i, i + BATCH)));
-      // A file the rules keep from reading stays out of the scratch: commands cannot see it either.
-      const readable = got.files.filter((f) => f.content !== null).map((f) => [inner(f.path), f.content!] as const);
-      if (readable.length === 0) continue;
-      for (const put of unwrap(await this.inner.uploadFiles(readable)).files) if (put.error) throw toStrata(put.error);
-    }
+    await copyView(
+      this.overlay,
+      path,
+      async (dirs) => {
+        for (const dir of dirs) if (dir !== "/") unwrap(await this.inner.mkdir(inner(dir), { recursive: true }));
+      },
+      async (files) => {
+        for (const put of unwrap(await this.inner.uploadFiles(files.map(([p, bytes]) => [inner(p), bytes] as const))).files) if (put.error) throw toStrata(put.error);
+      },
+    );
   }
 
   /**
@@ -435,6 +423,45 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
   /** The scratch's host path for an overlay path (never shown to anyone). */
   private hostPath(path: string): string {
     return path === "/" ? this.scratch : nodePath.join(this.scratch, path.slice(1));
+  }
+}
+
+/**
+ * Hands the overlay's view at `path` (a file, or a directory and everything
+ * under it) to `makeDirs` (parents first) and then `writeFiles`, in batches.
+ * What the overlay's rules keep from reading stays out: commands cannot see it either.
+ */
+async function copyView(
+  overlay: OverlayBackend,
+  path: string,
+  makeDirs: (dirs: string[]) => void | Promise<void>,
+  writeFiles: (files: Array<readonly [string, Uint8Array]>) => void | Promise<void>,
+): Promise<void> {
+  const there = await overlay.stat(path);
+  if (there.error) {
+    if (there.error.code === "file_not_found" || there.error.code === "not_a_directory" || there.error.code === "permission_denied") return;
+    throw toStrata(there.error);
+  }
+  const files: string[] = [];
+  const dirs: string[] = [];
+  if (there.is_dir) {
+    const pending = [path];
+    while (pending.length > 0) {
+      const dir = pending.pop()!;
+      dirs.push(dir);
+      const listed = await overlay.ls(dir);
+      if (listed.error) continue;
+      for (const entry of listed.entries) {
+        if (entry.is_dir) pending.push(entry.path.slice(0, -1));
+        else files.push(entry.path);
+      }
+    }
+  } else files.push(path);
+  await makeDirs(dirs.sort());
+  for (let i = 0; i < files.length; i += BATCH) {
+    const got = unwrap(await overlay.downloadFiles(files.slice(i, i + BATCH)));
+    const readable = got.files.filter((f) => f.content !== null).map((f) => [f.path, f.content!] as const);
+    if (readable.length > 0) await writeFiles(readable);
   }
 }
 
