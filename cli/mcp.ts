@@ -206,6 +206,9 @@ export function mcpCommand(): Command {
         const why = await BubblewrapSandbox.unavailableReason();
         if (why) throw new Error(`--sandbox bwrap: bubblewrap cannot run here: ${why}`);
       }
+      if (workspaceOptions.overlay && (shell === "docker" || shell === "ssh")) {
+        throw new Error("--overlay lies over the local directory: its commands run in bubblewrap (or locally with --unsafe-local), not in docker or over ssh");
+      }
       // Before serving: a URL or credentials that cannot work fail the start, not each session.
       if (shell === "ssh") await sshSandboxOptions(workspaceOptions.sandbox ?? "", workspaceOptions.ssh);
       if (shell === "none" && workspaceOptions.execute && (workspaceOptions.sandbox ?? "auto") === "auto") {

@@ -160,7 +160,8 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
       const ran = await this.inner.execute(command, options);
       const missed = await this.capture();
       if (ran.error || missed.length === 0) return ran;
-      return { ...ran, output: `${ran.output}${ran.output === "" || ran.output.endsWith("\n") ? "" : "\n"}${missedNote(missed)}\n` };
+      const named = missed.map((m) => ({ ...m, path: this.toCallerPath(m.path) }));
+      return { ...ran, output: `${ran.output}${ran.output === "" || ran.output.endsWith("\n") ? "" : "\n"}${missedNote(named)}\n` };
     });
   }
 

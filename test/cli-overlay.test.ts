@@ -128,6 +128,14 @@ describe("strata mcp --overlay, strata diff, strata commit, strata discard", () 
     expect(existsSync(join(dir, "notes.txt"))).toBe(false);
   });
 
+  it("--overlay refuses a docker or ssh sandbox at the start: their files are not the directory", { timeout: SLOW }, async () => {
+    const dir = tempDir({ "a.txt": "a\n" });
+    const refused = await strata(dir, ["mcp", "--overlay", "--sandbox", "docker:strata-test/busybox", "--root", dir]);
+    expect(refused.status).not.toBe(0);
+    expect(refused.err).toContain("--overlay lies over the local directory");
+    expect(refused.err).not.toContain(dir);
+  });
+
   it("commit refuses a file changed on disk meanwhile (exit 5, the list on one line), discard drops the layer", { timeout: SLOW }, async () => {
     const dir = tempDir({ "a.txt": "a\n", "b.txt": "b\n" });
     const { overlay, close } = openOverlay(dir);

@@ -47,6 +47,8 @@ function fingerprint(dir: string, under = ""): Record<string, string> {
   return out;
 }
 
+const sha = (text: string) => createHash("sha256").update(text).digest("hex");
+
 const kinds = [
   { name: "bubblewrap", make: (dir: string): Sandbox => new BubblewrapSandbox({ workspace: dir, permissions: false }) },
   { name: "local processes", make: (dir: string): Sandbox => new LocalSandbox({ workspace: dir, permissions: false }) },
@@ -127,6 +129,25 @@ describe.each(kinds)("OverlaySandbox over $name", ({ make }) => {
     expect(readFileSync(join(dir, "a"), "utf8")).toBe("old a\n");
   });
 
+  it("replacements: a file becomes a directory, a tree goes, a failing command's changes count too; commit makes the disk the view", { timeout: 60_000 }, async () => {
+    const dir = tree(FILES);
+    const { sandbox, p } = await open(dir);
+    expect((await sandbox.move(p("keep"), p("kept"))).error).toBeUndefined();
+    const ran = await sandbox.execute("rm a && mkdir a && echo z > a/z; rm -rf kept; mkdir empty; printf '\\000\\001' > bin; exit 3");
+    expect(ran.exitCode).toBe(3);
+    expect((await sandbox.diff()).changes!.map((c) => [c.kind, c.path])).toEqual([
+      ["deleted", "/a"],
+      ["added", "/a/z"],
+      ["added", "/bin"],
+      ["deleted", "/keep/k.txt"],
+    ]);
+    expect((await sandbox.stat(p("empty"))).is_dir).toBe(true);
+    const view = (await sandbox.execute("find . | sort")).output;
+    expect((await sandbox.commit()).error).toBeUndefined();
+    expect(fingerprint(dir)).toEqual({ a: "dir", "a/z": sha("z\n"), b: sha("one\ntwo\n"), bin: sha("\u0000\u0001"), c: sha("c\n"), empty: "dir" });
+    expect((await sandbox.execute("find . | sort")).output).toBe(view);
+  });
+
   it("commit refuses a file the disk changed behind the layer, nothing applied", { timeout: 60_000 }, async () => {
     const dir = tree(FILES);
     const { sandbox } = await open(dir);
@@ -146,8 +167,9 @@ describe.each(kinds)("OverlaySandbox over $name", ({ make }) => {
     const overlay = new OverlayBackend({ workspace: dir, maxFileSize: 100 });
     const sandbox = await OverlaySandbox.open({ overlay, sandbox: make });
     cleanup.push(() => sandbox.close());
+    const big = sandbox.root === "/" ? "/big" : `${sandbox.root}/big`;
     const ran = await sandbox.execute("head -c 500 /dev/zero > big; echo ok > small");
-    expect(ran.output).toBe("[overlay] not captured, put back as the overlay has it: /big (too large)\n");
+    expect(ran.output).toBe(`[overlay] not captured, put back as the overlay has it: ${big} (too large)\n`);
     expect(ran.output).not.toContain(tmpdir());
     expect((await sandbox.diff()).changes!.map((c) => [c.kind, c.path])).toEqual([["added", "/small"]]);
     expect((await sandbox.execute("test -e big || echo gone")).output).toBe("gone\n");
