@@ -210,32 +210,40 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
   // ---- file operations: the overlay's ----
 
   protected async doLs(path: string): Promise<FileInfo[]> {
+    this.assertOpen();
     return unwrap(await this.overlay.ls(path)).entries;
   }
 
   protected async doReadRaw(path: string): Promise<FileDataV2> {
+    this.assertOpen();
     return toFileDataV2(unwrap(await this.overlay.readRaw(path)).data);
   }
 
   protected override async doRead(path: string, offset: number, limit: number): Promise<TextWindow> {
+    this.assertOpen();
     const read = unwrap(await this.overlay.read(path, { offset, limit }));
     if (read.encoding === "binary") throw errors.binary(read.path, read.size);
     return { lines: read.lineCount === 0 ? [] : read.content.split("\n"), totalLines: read.totalLines };
   }
 
   protected override async doStat(path: string): Promise<FileInfo> {
+    this.assertOpen();
     return unwrap(await this.overlay.stat(path));
   }
 
   protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
+    this.assertOpen();
     return unwrap(await this.overlay.grep(pattern, { path, glob, maxCount }));
   }
 
   protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
+    this.assertOpen();
     return unwrap(await this.overlay.glob(pattern, { path, includeDirectories })).entries;
   }
 
   protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
+    // Batches answer per item, a closed sandbox too.
+    if (this.closed) return paths.map((path) => ({ path, content: null, error: "sandbox_closed" }));
     return unwrap(await this.overlay.downloadFiles(paths)).files.map((f) => ({ path: f.path, content: f.content, error: f.error?.code ?? null }));
   }
 
@@ -256,34 +264,76 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
   }
 
   protected override async doMove(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
-    return this.changing([from, to], async () => unwrap(await this.overlay.move(from, to, { overwrite })).filesUpdate);
+    return this.mirroredTransfer(from, to, overwrite, "move");
   }
 
   protected override async doCopy(from: string, to: string, overwrite: boolean): Promise<FilesUpdate> {
-    return this.changing([to], async () => unwrap(await this.overlay.copy(from, to, { overwrite })).filesUpdate);
+    return this.mirroredTransfer(from, to, overwrite, "copy");
+  }
+
+  /**
+   * A move or copy in the overlay, then the same in the scratch by the inner
+   * sandbox, so what commands see keeps what the layer cannot hold (modes,
+   * links); when the two disagree, the scratch is copied from the view instead.
+   */
+  private mirroredTransfer(from: string, to: string, overwrite: boolean, how: "move" | "copy"): Promise<FilesUpdate> {
+    this.assertOpen();
+    return this.turn.run("", async () => {
+      const done = await this.overlay[how](from, to, { overwrite });
+      const touched = how === "move" ? [from, to] : [to];
+      if (done.error) {
+        this.markStale(touched);
+        throw toStrata(done.error);
+      }
+      try {
+        await this.refresh();
+        const mirrored = await this.inner[how](this.innerPath(normalizePath(from)), this.innerPath(normalizePath(to)), { overwrite });
+        if (mirrored.error) this.markStale(touched);
+        else this.seen = this.scan(this.seen);
+      } catch {
+        this.markStale(touched);
+      }
+      return done.filesUpdate;
+    });
   }
 
   protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
+    if (this.closed) return files.map((item) => ({ path: Array.isArray(item) && typeof item[0] === "string" ? item[0] : "", error: "sandbox_closed" }));
     const paths = files.map((item) => (Array.isArray(item) && typeof item[0] === "string" ? item[0] : "/"));
     return this.changing(paths, async () => unwrap(await this.overlay.uploadFiles(files)).files.map((f) => ({ path: f.path, error: f.error?.code ?? null })));
   }
 
   /** Runs a change to the overlay in the sandbox's turn, and marks its paths for copying into the scratch, whatever the answer (a part may have landed). */
   private changing<T>(paths: readonly string[], body: () => Promise<T>): Promise<T> {
-    if (this.closed) throw new StrataError("sandbox_closed", "The sandbox is closed");
+    this.assertOpen();
     return this.turn.run("", async () => {
       try {
         return await body();
       } finally {
-        for (const path of paths) {
-          try {
-            this.stale.add(normalizePath(path));
-          } catch {
-            // A path the overlay refused as malformed changed nothing.
-          }
-        }
+        this.markStale(paths);
       }
     });
+  }
+
+  private markStale(paths: readonly string[]): void {
+    for (const path of paths) {
+      try {
+        this.stale.add(normalizePath(path));
+      } catch {
+        // A path the overlay refused as malformed changed nothing.
+      }
+    }
+  }
+
+  /** After `close()` every operation answers `sandbox_closed`, as every sandbox's does. */
+  private assertOpen(): void {
+    if (this.closed) throw new StrataError("sandbox_closed", "The sandbox is closed");
+  }
+
+  /** An overlay path as the inner sandbox names it. */
+  private innerPath(path: string): string {
+    const root = this.inner.root;
+    return path === "/" ? root : root === "/" ? path : `${root}${path}`;
   }
 
   // ---- keeping the scratch and the layer together ----
@@ -299,7 +349,7 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
 
   /** Makes the scratch at `path` what the overlay's view holds there. */
   private async copyIn(path: string): Promise<void> {
-    const inner = (p: string) => (p === "/" ? this.inner.root : this.inner.root === "/" ? p : `${this.inner.root}${p}`);
+    const inner = (p: string) => this.innerPath(p);
     if (path === "/") {
       for (const entry of unwrap(await this.inner.ls(this.inner.root)).entries) unwrap(await this.inner.delete(entry.path));
     } else {
