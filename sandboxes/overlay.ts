@@ -400,14 +400,34 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
       missed.push({ path, code });
       this.stale.add(path);
     };
+    /**
+     * Whether the view's file at `path` is no longer what the scratch held
+     * before the command: the disk changed behind the overlay since the copy.
+     * Capturing the command's change would record the disk's new version as
+     * its base, and commit would overwrite that change without a conflict.
+     */
+    const movedBehind = async (path: string, goneToo: boolean): Promise<boolean> => {
+      const was = before.get(path);
+      if (was?.kind !== "file") return false;
+      const got = await this.overlay.downloadFiles([path]);
+      const content = got.files?.[0]?.content;
+      if (!content) return !goneToo;
+      return hashOf(content) !== was.hash;
+    };
     // Outermost first: deleting a directory takes what is under it.
     gone.sort();
-    const removed: string[] = [];
+    const handled: string[] = [];
     for (const path of gone) {
-      if (removed.some((dir) => isWithin(dir, path))) continue;
+      if (handled.some((dir) => isWithin(dir, path))) continue;
+      handled.push(path);
+      let behind = false;
+      for (const file of gone) if (isWithin(path, file) && (await movedBehind(file, true))) behind = true;
+      if (behind) {
+        refuse(path, "conflict");
+        continue;
+      }
       const answer = await this.overlay.delete(path);
       if (answer.error && answer.error.code !== "file_not_found") refuse(path, answer.error.code);
-      else removed.push(path);
     }
     for (const path of madeDirs.sort()) {
       const answer = await this.overlay.mkdir(path, { recursive: true });
@@ -417,12 +437,17 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
     for (let i = 0; i < written.length; i += BATCH) {
       const batch: Array<readonly [string, Uint8Array]> = [];
       for (const path of written.slice(i, i + BATCH)) {
+        if (await movedBehind(path, false)) {
+          refuse(path, "conflict");
+          continue;
+        }
         try {
           batch.push([path, readNoFollow(this.hostPath(path))]);
         } catch {
           refuse(path, "io_error");
         }
       }
+      if (batch.length === 0) continue;
       const answer = await this.overlay.uploadFiles(batch);
       if (answer.error) for (const [path] of batch) refuse(path, answer.error.code);
       else for (const item of answer.files) if (item.error) refuse(item.path, item.error.code);

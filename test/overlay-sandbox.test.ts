@@ -162,6 +162,17 @@ describe.each(kinds)("OverlaySandbox over $name", ({ make }) => {
     expect(existsSync(join(dir, "n"))).toBe(false);
   });
 
+  it("a command's change to a file the disk changed behind the scratch copy is refused as a conflict, not based on the new version", { timeout: 60_000 }, async () => {
+    const dir = tree(FILES);
+    const { sandbox, p } = await open(dir);
+    writeFileSync(join(dir, "a"), "someone else\n");
+    writeFileSync(join(dir, "c"), "someone else's c\n");
+    const ran = await sandbox.execute("echo mine > a; rm c; echo fine > b");
+    expect(ran.output).toBe(`[overlay] not captured, put back as the overlay has it: ${p("c")} (conflict), ${p("a")} (conflict)\n`);
+    expect((await sandbox.diff()).changes!.map((c) => [c.kind, c.path])).toEqual([["modified", "/b"]]);
+    expect((await sandbox.execute("cat a c")).output).toBe("someone else\nsomeone else's c\n");
+  });
+
   it("a change the layer refuses is put back and named in the output, no host path shown", { timeout: 60_000 }, async () => {
     const dir = tree(FILES);
     const overlay = new OverlayBackend({ workspace: dir, maxFileSize: 100 });
@@ -173,6 +184,23 @@ describe.each(kinds)("OverlaySandbox over $name", ({ make }) => {
     expect(ran.output).not.toContain(tmpdir());
     expect((await sandbox.diff()).changes!.map((c) => [c.kind, c.path])).toEqual([["added", "/small"]]);
     expect((await sandbox.execute("test -e big || echo gone")).output).toBe("gone\n");
+  });
+
+  it("a change asked for while a command runs waits for its capture; a read does not wait", { timeout: 60_000 }, async () => {
+    const dir = tree(FILES);
+    const { sandbox, p } = await open(dir);
+    let commandDone = false;
+    const running = sandbox.execute("sleep 0.6; echo from the command > x").then((r) => ((commandDone = true), r));
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const reading = sandbox.read(p("a")).then((r) => ({ r, before: !commandDone }));
+    const writing = sandbox.write(p("x"), "from the tool\n", { overwrite: true }).then((r) => ({ r, after: commandDone }));
+    const [ran, read, written] = await Promise.all([running, reading, writing]);
+    expect(ran.exitCode).toBe(0);
+    expect(read).toMatchObject({ before: true, r: { content: "old a" } });
+    expect(written.after).toBe(true);
+    expect(written.r.error).toBeUndefined();
+    expect((await sandbox.execute("cat x")).output).toBe("from the tool\n");
+    expect((await sandbox.read(p("x"))).content).toBe("from the tool");
   });
 
   it("spawn: the process's changes are in the layer when wait answers", { timeout: 60_000 }, async () => {
