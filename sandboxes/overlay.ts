@@ -16,16 +16,20 @@
  * diff, commit, discard and conflict detection are the overlay's, unchanged.
  *
  * File operations go to the overlay; the paths they change are copied into
- * the scratch again before the next command. A change the layer refuses
- * (a permission rule, a size limit) is put back in the scratch as the view
- * has it, and the command's output ends with a line naming it. What the
- * layer cannot hold is not captured: symbolic links, special files, file
- * modes.
+ * the scratch again before the next command (a move or copy is repeated in
+ * the scratch by the inner sandbox instead, so commands keep modes and
+ * links). A change the layer refuses (a permission rule, a size limit) is
+ * put back in the scratch as the view has it, and the command's output ends
+ * with a line naming it; so is a change to a file the disk changed behind
+ * the copy (`conflict`: capturing it would base it on the disk's new
+ * version, and commit would overwrite that change unseen). What the layer
+ * cannot hold is not captured: symbolic links, special files, file modes.
  *
  * Costs: opening copies the whole view (every file read once, written once,
  * hashed once); each command costs a stat of every path in the scratch,
- * plus a read of the files whose listing changed. Disk changes made behind
- * the overlay after `open()` are not seen by commands (the scratch is a copy).
+ * plus, for each file whose listing changed, a read of it and of the view's
+ * version. Disk changes made behind the overlay after `open()` are not seen
+ * by commands (the scratch is a copy).
  *
  * Concurrency: commands, and the file operations that change something,
  * run one at a time per sandbox (a change landing in the middle of a
