@@ -117,7 +117,9 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
     } catch (error) {
       await inner?.close().catch(() => undefined);
       rmSync(scratch, { recursive: true, force: true });
-      throw error;
+      // A file system error names the scratch directory, a host path: only its code goes on.
+      if (error instanceof StrataError) throw error;
+      throw new StrataError("io_error", `Copying the overlay's view into a scratch directory failed (${(error as NodeJS.ErrnoException)?.code ?? "error"})`);
     }
   }
 
@@ -379,6 +381,8 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
    */
   private async capture(): Promise<Array<{ path: string; code: string }>> {
     const missed: Array<{ path: string; code: string }> = [];
+    // Closed under a running command: the scratch is going, and its absence is no deletion.
+    if (this.closed) return missed;
     let now: Map<string, Seen>;
     try {
       now = this.scan(this.seen);
@@ -469,7 +473,11 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
       try {
         names = readdirSync(this.hostPath(dir));
       } catch {
-        return; // gone, or not readable: what is under it counts as absent
+        // The scratch itself unreadable is a failure, not an empty workspace (that would delete everything).
+        if (dir === "/") throw new StrataError("io_error", "The sandbox's scratch directory cannot be listed");
+        // Not readable (a command's chmod): what was under it counts as unchanged, not deleted.
+        for (const [path, was] of previous) if (path !== dir && isWithin(dir, path)) found.set(path, was);
+        return;
       }
       for (const name of names) {
         const path = joinPath(dir, name);
@@ -490,7 +498,8 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
             try {
               found.set(path, { kind: "file", stamp, hash: hashOf(readNoFollow(this.hostPath(path))) });
             } catch {
-              found.set(path, { kind: "other" });
+              // Not readable (a command's chmod): unchanged as far as the layer can tell.
+              found.set(path, was?.kind === "file" ? was : { kind: "other" });
             }
           }
         } else found.set(path, { kind: "other" });

@@ -203,6 +203,17 @@ describe.each(kinds)("OverlaySandbox over $name", ({ make }) => {
     expect((await sandbox.read(p("x"))).content).toBe("from the tool");
   });
 
+  it("closing under a running command captures nothing: the scratch going away is no deletion", { timeout: 60_000 }, async () => {
+    const dir = tree(FILES);
+    const { sandbox, overlay } = await open(dir);
+    const running = sandbox.execute("sleep 2");
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await sandbox.close();
+    await running;
+    expect((await overlay.diff()).changes).toEqual([]);
+    expect((await sandbox.read("a")).error?.code).toBe("sandbox_closed");
+  });
+
   it("spawn: the process's changes are in the layer when wait answers", { timeout: 60_000 }, async () => {
     const dir = tree(FILES);
     const { sandbox } = await open(dir);
