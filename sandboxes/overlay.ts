@@ -198,7 +198,7 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
       kill: () => spawned.kill(),
       wait: async () => {
         const ended = await spawned.wait();
-        await captured;
+        await captured.catch(() => undefined);
         return ended;
       },
     };
@@ -380,6 +380,16 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
    * them before the next command.
    */
   private async capture(): Promise<Array<{ path: string; code: string }>> {
+    try {
+      return await this.importChanges();
+    } catch (error) {
+      // Whatever went wrong part-way, the scratch is made the view again before the next command.
+      this.stale.add("/");
+      return [{ path: "/", code: toErrorInfo(error).code }];
+    }
+  }
+
+  private async importChanges(): Promise<Array<{ path: string; code: string }>> {
     const missed: Array<{ path: string; code: string }> = [];
     // Closed under a running command: the scratch is going, and its absence is no deletion.
     if (this.closed) return missed;
