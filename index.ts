@@ -191,6 +191,7 @@ export {
 } from "./sandboxes/base.js";
 export { SANDBOX_DEFAULTS } from "./sandboxes/defaults.js";
 export { LocalSandbox, type LocalSandboxOptions } from "./sandboxes/local.js";
+export { OverlaySandbox, type OverlaySandboxOptions } from "./sandboxes/overlay.js";
 export { BubblewrapSandbox, type BubblewrapLimits, type BubblewrapSandboxOptions, type SandboxUser } from "./sandboxes/bubblewrap.js";
 export { DockerSandbox, type DockerSandboxOptions } from "./sandboxes/docker.js";
 export { SshSandbox, type SshSandboxOptions } from "./sandboxes/ssh.js";

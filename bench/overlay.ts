@@ -4,11 +4,14 @@
  * generated tree (bench/filesystem.ts's), with a layer already holding
  * changes, so every read first asks the layer.
  */
-import { mkdtemp, rm } from "node:fs/promises";
+import { cp, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { FilesystemBackend } from "../backends/filesystem.js";
 import { OverlayBackend } from "../backends/overlay.js";
+import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
+import { LocalSandbox } from "../sandboxes/local.js";
+import { OverlaySandbox } from "../sandboxes/overlay.js";
 import { SqliteStore } from "../stores/sqlite.js";
 import { generatedTree, TREE_NEEDLE } from "./filesystem.js";
 import { type BenchGroup, type CaseResult, compare, type GroupContext } from "./harness.js";
@@ -108,6 +111,81 @@ export const overlayGroup: BenchGroup = {
         notes: ["The overlay greps the disk, drops the matches in files its layer deletes or replaces, and adds the layer's own (none of the deleted or written files holds the needle, so the counts agree)."],
       }),
     );
+    results.push(...(await commandCases(ctx, this.name)));
     return results;
   },
 };
+
+/**
+ * OverlaySandbox: opening it copies the overlay's view into a scratch
+ * directory; each command then pays a listing of that scratch. Over a 5k-file
+ * tree in both sizes (a copy of 50k files would take the whole budget).
+ */
+async function commandCases(ctx: GroupContext, group: string): Promise<CaseResult[]> {
+  const fileCount = 5_000;
+  const root = await generatedTree(ctx, fileCount);
+  const common = { group, reps: ctx.reps };
+  const results: CaseResult[] = [];
+  const overlay = new OverlayBackend({ workspace: root, permissions: false });
+  const bwrap = await BubblewrapSandbox.isAvailable();
+  const make = (dir: string) => (bwrap ? new BubblewrapSandbox({ workspace: dir, permissions: false }) : new LocalSandbox({ workspace: dir, permissions: false }));
+  const copies = await mkdtemp(join(tmpdir(), "strata-bench-overlay-copy-"));
+  let c = 0;
+  ctx.log("overlay: open an OverlaySandbox (copy the view)");
+  try {
+    results.push(
+      await compare({
+        ...common,
+        name: `OverlaySandbox.open over a ${fileCount / 1000}k-file tree`,
+        strata: {
+          name: "Strata OverlaySandbox.open",
+          run: async () => {
+            const sandbox = await OverlaySandbox.open({ overlay, sandbox: make });
+            await sandbox.close();
+            return 1;
+          },
+        },
+        peers: [
+          {
+            name: "cp -r of the tree (fs.cp)",
+            run: async () => {
+              const to = join(copies, `c${c++}`);
+              await cp(root, to, { recursive: true });
+              await rm(to, { recursive: true, force: true });
+              return 1;
+            },
+          },
+        ],
+        notes: ["Opening reads every file of the view through the overlay, writes it into a fresh scratch directory and lists and hashes the copy; closing removes it. The peer is the plain copy a `git stash`-style snapshot would make (and its removal)."],
+      }),
+    );
+  } finally {
+    await rm(copies, { recursive: true, force: true });
+  }
+  const sandbox = await OverlaySandbox.open({ overlay, sandbox: make });
+  const plainDir = await mkdtemp(join(tmpdir(), "strata-bench-overlay-plain-"));
+  const plain = make(plainDir);
+  const run = async (target: { execute: OverlaySandbox["execute"] }) => {
+    const got = await target.execute("true");
+    if (got.error || got.exitCode !== 0) throw new Error(got.error?.message ?? `exit ${got.exitCode}`);
+    return 1;
+  };
+  ctx.log("overlay: execute `true` through an OverlaySandbox");
+  try {
+    const kind = bwrap ? "BubblewrapSandbox" : "LocalSandbox";
+    results.push(
+      await compare({
+        ...common,
+        name: `execute \`true\` over a ${fileCount / 1000}k-file view`,
+        strata: { name: `Strata OverlaySandbox (over ${kind})`, run: () => run(sandbox) },
+        peers: [{ name: `Strata ${kind}`, run: () => run(plain) }],
+        notes: [`Each command through the overlay lists the ${fileCount / 1000}k-file scratch afterwards (stat only: nothing changed, nothing is read). The plain sandbox runs in an empty workspace of its own.`],
+      }),
+    );
+  } finally {
+    await sandbox.close();
+    await plain.close();
+    await rm(plainDir, { recursive: true, force: true });
+  }
+  return results;
+}

@@ -128,7 +128,7 @@ export function mcpCommand(): Command {
     )
     .option("--no-execute", "offer no shell")
     .option("--no-memories", "do not mount /memories")
-    .option("--overlay", "serve the directory through an overlay: changes wait in .strata/overlay.db for `strata diff`, `strata commit` or `strata discard` (no shell)")
+    .option("--overlay", "serve the directory through an overlay: changes (the shell's too, run on a scratch copy) wait in .strata/overlay.db for `strata diff`, `strata commit` or `strata discard`")
     .action(async (flags: McpFlags, command: Command) => {
       const config = flags.config === undefined ? {} : readConfig(flags.config);
       // A flag typed on the command line wins; a default (--no-x's true) does not hide the file's value.
@@ -205,9 +205,12 @@ export function mcpCommand(): Command {
         const why = await BubblewrapSandbox.unavailableReason();
         if (why) throw new Error(`--sandbox bwrap: bubblewrap cannot run here: ${why}`);
       }
+      if (workspaceOptions.overlay && (shell === "docker" || shell === "ssh")) {
+        throw new Error("--overlay lies over the local directory: its commands run in bubblewrap (or locally with --unsafe-local), not in docker or over ssh");
+      }
       // Before serving: a URL or credentials that cannot work fail the start, not each session.
       if (shell === "ssh") await sshSandboxOptions(workspaceOptions.sandbox ?? "", workspaceOptions.ssh);
-      if (shell === "none" && workspaceOptions.execute && !workspaceOptions.overlay && (workspaceOptions.sandbox ?? "auto") === "auto") {
+      if (shell === "none" && workspaceOptions.execute && (workspaceOptions.sandbox ?? "auto") === "auto") {
         process.stderr.write("strata mcp: bubblewrap is not available here, so no shell is offered (--unsafe-local runs commands unisolated)\n");
       }
       if (!http) {

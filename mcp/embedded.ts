@@ -40,8 +40,10 @@ export interface EmbeddedWorkspaceOptions {
   memories?: boolean;
   /**
    * Serve the directory through an overlay (mcp/overlay.ts): changes wait in
-   * `.strata/overlay.db` for `strata commit` or `strata discard`. No shell is
-   * offered: commands would see the disk, not the layer.
+   * `.strata/overlay.db` for `strata commit` or `strata discard`. Commands
+   * (bubblewrap, or local with `unsafeLocal`) run on a scratch copy of the
+   * overlay's view and their changes land in the layer too (OverlaySandbox);
+   * docker and ssh sandboxes are refused: their files are not the directory.
    */
   overlay?: boolean;
 }
@@ -53,7 +55,7 @@ export const DEFAULT_ROUTES: Readonly<Record<string, string>> = { "/memories": "
 
 /** Which shell `auto` (or the choice given) comes to here. */
 export async function embeddedShell(options: EmbeddedWorkspaceOptions = {}): Promise<ShellKind> {
-  const choice = options.execute === false || options.overlay ? "none" : (options.sandbox ?? "auto");
+  const choice = options.execute === false ? "none" : (options.sandbox ?? "auto");
   if (choice === "none") return "none";
   if (choice === "local") return "local";
   if (choice === "bwrap") return "bubblewrap";
@@ -73,9 +75,27 @@ export async function openEmbeddedWorkspace(directory: string, options: Embedded
   let sandbox: Sandbox | undefined;
   let layer: OpenedOverlay | undefined;
   if (options.overlay) {
+    if (shell === "docker" || shell === "ssh") throw new Error("--overlay lies over the local directory: its commands run in bubblewrap (or locally with --unsafe-local), not in docker or over ssh");
+    const { BubblewrapSandbox } = await import("../sandboxes/bubblewrap.js");
+    const { LocalSandbox } = await import("../sandboxes/local.js");
+    if (shell === "bubblewrap") {
+      const why = await BubblewrapSandbox.unavailableReason();
+      if (why) throw new Error(`bubblewrap cannot run here: ${why}`);
+    }
     const { openOverlay } = await import("./overlay.js");
     layer = openOverlay(dir);
-    files = layer.overlay;
+    if (shell === "none") files = layer.overlay;
+    else {
+      // The overlay's permission rules decide what reaches the scratch copy; the sandbox's own would only repeat them.
+      const make = shell === "bubblewrap" ? (scratch: string) => new BubblewrapSandbox({ workspace: scratch, permissions: false }) : (scratch: string) => new LocalSandbox({ workspace: scratch, permissions: false });
+      try {
+        const { OverlaySandbox } = await import("../sandboxes/overlay.js");
+        files = sandbox = await OverlaySandbox.open({ overlay: layer.overlay, sandbox: make });
+      } catch (error) {
+        await layer.close();
+        throw error;
+      }
+    }
   } else if (shell === "bubblewrap") {
     const { BubblewrapSandbox } = await import("../sandboxes/bubblewrap.js");
     const why = await BubblewrapSandbox.unavailableReason();

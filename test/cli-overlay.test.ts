@@ -59,7 +59,7 @@ describe("strata mcp --overlay, strata diff, strata commit, strata discard", () 
     const client = new Client({ name: "strata-overlay-test", version: "1" });
     // The whole environment: on Node 24 the server needs NODE_OPTIONS' better-sqlite3 hook, which the SDK's default environment drops.
     const env = process.env as Record<string, string>;
-    await client.connect(new StdioClientTransport({ command: process.execPath, args: ["--import", TSX, CLI, "mcp", "--overlay", "--no-memories", "--root", dir], cwd: ROOT, stderr: "pipe", env }));
+    await client.connect(new StdioClientTransport({ command: process.execPath, args: ["--import", TSX, CLI, "mcp", "--overlay", "--no-execute", "--no-memories", "--root", dir], cwd: ROOT, stderr: "pipe", env }));
     try {
       const tools = (await client.listTools()).tools.map((t) => t.name);
       expect(tools).not.toContain("execute");
@@ -93,6 +93,47 @@ describe("strata mcp --overlay, strata diff, strata commit, strata discard", () 
     expect(readFileSync(join(dir, "src/new.ts"), "utf8")).toBe("export const added = 1;\n");
     expect((await strata(dir, ["diff"])).out).toBe("");
     expect((await strata(dir, ["commit"])).out).toBe("nothing to commit\n");
+  });
+
+  it("with a shell: what a command does through the overlay waits in the layer too; strata diff shows it", { timeout: SLOW }, async () => {
+    const dir = tempDir({ "src/app.ts": "export const greeting = 'hello';\n", "notes.txt": "draft\n" });
+    const client = new Client({ name: "strata-overlay-test", version: "1" });
+    const env = process.env as Record<string, string>;
+    await client.connect(new StdioClientTransport({ command: process.execPath, args: ["--import", TSX, CLI, "mcp", "--overlay", "--no-memories", "--root", dir], cwd: ROOT, stderr: "pipe", env }));
+    try {
+      const tools = (await client.listTools()).tools.map((t) => t.name);
+      expect(tools).toContain("execute");
+      // Commands see the workspace at /workspace (bubblewrap), and so do the file tools.
+      const written = await call(client, "write_file", { file_path: "/workspace/from-tool.txt", content: "tool\n" });
+      expect(written.isError, written.text).toBe(false);
+      const ran = await call(client, "execute", { command: "cat from-tool.txt; sed -i 's/hello/hi/' src/app.ts; rm notes.txt; mkdir -p out && echo built > out/log" });
+      expect(ran.isError, ran.text).toBe(false);
+      expect(ran.text).toContain("tool");
+      expect((await call(client, "read_file", { file_path: "/workspace/out/log" })).text).toContain("built");
+    } finally {
+      await client.close();
+    }
+    expect(readFileSync(join(dir, "src/app.ts"), "utf8")).toBe("export const greeting = 'hello';\n");
+    expect(readFileSync(join(dir, "notes.txt"), "utf8")).toBe("draft\n");
+    expect(existsSync(join(dir, "out"))).toBe(false);
+
+    const stat = await strata(dir, ["diff", "--stat"]);
+    expect(stat.status, stat.err).toBe(0);
+    expect(stat.out).toBe("A /from-tool.txt\nD /notes.txt\nA /out/log\nM /src/app.ts\n");
+    expect((await strata(dir, ["diff"])).out).toContain("-export const greeting = 'hello';\n+export const greeting = 'hi';\n");
+    const commit = await strata(dir, ["commit"]);
+    expect(commit.status, commit.err).toBe(0);
+    expect(readFileSync(join(dir, "src/app.ts"), "utf8")).toBe("export const greeting = 'hi';\n");
+    expect(readFileSync(join(dir, "out/log"), "utf8")).toBe("built\n");
+    expect(existsSync(join(dir, "notes.txt"))).toBe(false);
+  });
+
+  it("--overlay refuses a docker or ssh sandbox at the start: their files are not the directory", { timeout: SLOW }, async () => {
+    const dir = tempDir({ "a.txt": "a\n" });
+    const refused = await strata(dir, ["mcp", "--overlay", "--sandbox", "docker:strata-test/busybox", "--root", dir]);
+    expect(refused.status).not.toBe(0);
+    expect(refused.err).toContain("--overlay lies over the local directory");
+    expect(refused.err).not.toContain(dir);
   });
 
   it("commit refuses a file changed on disk meanwhile (exit 5, the list on one line), discard drops the layer", { timeout: SLOW }, async () => {
