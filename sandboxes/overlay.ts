@@ -426,11 +426,19 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
      */
     const movedBehind = async (path: string, goneToo: boolean): Promise<boolean> => {
       const was = before.get(path);
-      if (was?.kind !== "file") return false;
+      if (was !== undefined && was.kind !== "file") return false;
       const got = await this.overlay.downloadFiles([path]);
       const content = got.files?.[0]?.content;
+      // Nothing was there at the copy: a file there now is the disk's, created behind the copy.
+      if (was === undefined) return content !== undefined && content !== null;
       if (!content) return !goneToo;
       return hashOf(content) !== was.hash;
+    };
+    /** Whether the view holds, under a directory the command removed, a file the copy never had (the disk added it behind). */
+    const addedUnder = async (dir: string): Promise<boolean> => {
+      const listed = await this.overlay.glob("**", { path: dir });
+      if ("error" in listed && listed.error) return listed.error.code !== "file_not_found";
+      return (listed as { entries: Array<{ path: string }> }).entries.some((entry) => !before.has(entry.path));
     };
     // Outermost first: deleting a directory takes what is under it.
     gone.sort();
@@ -440,6 +448,7 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
       handled.push(path);
       let behind = false;
       for (const file of gone) if (isWithin(path, file) && (await movedBehind(file, true))) behind = true;
+      if (!behind && before.get(path)?.kind === "dir") behind = await addedUnder(path);
       if (behind) {
         refuse(path, "conflict");
         continue;

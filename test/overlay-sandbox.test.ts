@@ -173,6 +173,20 @@ describe.each(kinds)("OverlaySandbox over $name", ({ make }) => {
     expect((await sandbox.execute("cat a c")).output).toBe("someone else\nsomeone else's c\n");
   });
 
+  it("a file the disk created behind the copy, at a path the command writes or under a directory it removes, is a conflict; commit keeps the disk's", { timeout: 60_000 }, async () => {
+    const dir = tree(FILES);
+    const { sandbox, p } = await open(dir);
+    writeFileSync(join(dir, "new.txt"), "someone else's new file\n");
+    writeFileSync(join(dir, "keep", "theirs"), "someone else's file in keep\n");
+    const ran = await sandbox.execute("echo mine > new.txt; rm -r keep; echo fine > b");
+    expect(ran.output).toBe(`[overlay] not captured, put back as the overlay has it: ${p("keep")} (conflict), ${p("new.txt")} (conflict)\n`);
+    expect((await sandbox.diff()).changes!.map((c) => [c.kind, c.path])).toEqual([["modified", "/b"]]);
+    expect((await sandbox.commit()).error).toBeUndefined();
+    expect(readFileSync(join(dir, "new.txt"), "utf8")).toBe("someone else's new file\n");
+    expect(readFileSync(join(dir, "keep", "theirs"), "utf8")).toBe("someone else's file in keep\n");
+    expect(readFileSync(join(dir, "keep", "k.txt"), "utf8")).toBe("kept\n");
+  });
+
   it("a change the layer refuses is put back and named in the output, no host path shown", { timeout: 60_000 }, async () => {
     const dir = tree(FILES);
     const overlay = new OverlayBackend({ workspace: dir, maxFileSize: 100 });
