@@ -34,6 +34,7 @@ import { chownSync, closeSync, constants as fsConstants, ftruncateSync, mkdirSyn
 import { Socket } from "node:net";
 import nodePath from "node:path";
 import { randomBytes } from "node:crypto";
+import { StrataError } from "../core/errors.js";
 import type { ExecuteResponse } from "../core/types.js";
 import { SANDBOX_DEFAULTS } from "./defaults.js";
 import { LAUNCHER_ENV, supportDir, writePrivateFile } from "./bubblewrap-host.js";
@@ -372,18 +373,20 @@ export class Supervisor {
     ftruncateSync(this.scripts[slot]!, script.length);
     const open = (kind: string, flags: number) => openSync(nodePath.join(this.control, `${kind}${slot}`), flags | fsConstants.O_NONBLOCK);
     const fds: number[] = [];
-    let sockets: Socket[];
+    const hasStdin = job.stdin instanceof ReadableStream || (job.stdin !== undefined && job.stdin.length > 0);
+    let input: Socket | undefined;
     try {
       fds.push(open("o", fsConstants.O_RDONLY), open("e", fsConstants.O_RDONLY));
-      sockets = fds.map((fd) => new Socket({ fd, readable: true, writable: false }));
+      // Read-write: opening never waits for the command to open its end, and the command sees EOF once this closes.
+      if (hasStdin) fds.push(open("i", fsConstants.O_RDWR));
     } catch (error) {
       for (const fd of fds) closeSync(fd);
       this.free.push(slot);
-      throw error;
+      // The system's message names the control directory's host path: only its code goes on.
+      throw new StrataError("io_error", `The warm supervisor could not open a command's pipes (${(error as NodeJS.ErrnoException).code ?? "error"})`);
     }
-    const hasStdin = job.stdin instanceof ReadableStream || (job.stdin !== undefined && job.stdin.length > 0);
-    // Read-write: opening never waits for the command to open its end, and the command sees EOF once this closes.
-    const input = hasStdin ? new Socket({ fd: open("i", fsConstants.O_RDWR), readable: false, writable: true }) : undefined;
+    const sockets = fds.slice(0, 2).map((fd) => new Socket({ fd, readable: true, writable: false }));
+    if (hasStdin) input = new Socket({ fd: fds[2]!, readable: false, writable: true });
     input?.on("error", () => undefined);
     return new Promise<ExecuteResponse>((resolve, reject) => {
       const output = new OutputCollector(job.maxOutputBytes, job.onOutput, job.onData);

@@ -334,10 +334,12 @@ export class BubblewrapSandbox extends BaseSandbox {
     }
   }
 
-  /** Takes no more commands to it; close() still ends it unless it is gone already. */
+  /** Takes no more commands to it, and retires it (it closes once its commands end); close() still ends it unless it is gone already. */
   private forget(supervisor: Supervisor): void {
     for (const [name, known] of this.supervisors) if (known === supervisor) this.supervisors.delete(name);
     if (supervisor.dead) this.allSupervisors.delete(supervisor);
+    // A live one forgotten (slots it could not make, not ready) would otherwise hold its bwrap, cgroups and files until close().
+    else supervisor.retire();
   }
 
   /**

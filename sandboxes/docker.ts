@@ -1,12 +1,14 @@
 /**
  * DockerSandbox: a long-lived container (no network by default, memory,
  * CPU and process limits) with the workspace in a directory inside it.
- * Commands run under the shared wrapper (remote-command.ts), as requests
- * on exec sessions kept open (docker-session.ts: an exec costs four daemon
- * requests, a request on a running shell a fork); a command with stdin
- * given as a stream takes an exec of its own. Files move through execs
- * too, as raw bytes on the exec's stdin and stdout, many files per exec
- * (downloads on a session).
+ * Commands run under the shared wrapper (remote-command.ts). Work done as
+ * root (the secret lock, the workspace set-up, and commands of a sandbox
+ * whose `user` is root) runs as requests on exec sessions kept open
+ * (docker-session.ts: an exec costs four daemon requests, a request on a
+ * running shell a fork); an unprivileged user's commands take an exec each,
+ * since a session of that user could be hijacked by the user's own
+ * leftovers (reusesSessions). Files move through execs too, as raw bytes
+ * on the exec's stdin and stdout, many files per exec.
  *
  * The container is the isolation boundary. Commands, uploads and downloads
  * run as an unprivileged user (default 65534:65534, `user` to change it),
@@ -474,7 +476,7 @@ export class DockerSandbox extends BaseSandbox {
     run.result.catch(() => undefined);
     // Stdin given as bytes or text (not a stream) fits a session's request; a stream, or names sh cannot export, take an exec of their own.
     const inline = stdin === undefined ? new Uint8Array(0) : typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin instanceof Uint8Array ? stdin : undefined;
-    const sessionable = inline !== undefined && inline.length <= SESSION_STDIN_BYTES && Object.keys(env).every((name) => SH_NAME.test(name));
+    const sessionable = reusesSessions(this.user) && inline !== undefined && inline.length <= SESSION_STDIN_BYTES && Object.keys(env).every((name) => SH_NAME.test(name));
     if (sessionable) {
       const started = await this.executeInSession(command, cwd, env, inline, run, info, (fn) => (abandon = fn));
       if (started) return run.result;
@@ -765,7 +767,7 @@ export class DockerSandbox extends BaseSandbox {
     argv: string[],
     options: { user: string; stdin?: readonly Uint8Array[]; stdout?: Writable },
   ): Promise<{ output: string; exitCode: number | null }> {
-    if (options.stdin === undefined) {
+    if (options.stdin === undefined && reusesSessions(options.user)) {
       for (let attempt = 0; attempt < 2; attempt++) {
         const pool = this.pool(options.user);
         const session = await pool.acquire().catch(() => undefined);
@@ -1087,4 +1089,19 @@ function daemonError(error: unknown): StrataError {
   if (isConnectionError(error)) return new StrataError("unavailable", "Cannot reach the Docker daemon", { cause: error });
   const status = statusOf(error);
   return new StrataError("unavailable", `The Docker daemon refused the request${status ? ` (HTTP ${status})` : ""}`, { cause: error });
+}
+
+/**
+ * Whether work as `user` may run on a reused session. Root only: a session's
+ * shell runs as the user it serves, and any process of that user (a
+ * command's leftover) can open the shell's stdin through /proc/PID/fd/0 and
+ * write requests it would run as its own, outside every command's group and
+ * timeout, forging later answers. Root's sessions are out of an
+ * unprivileged command's reach (another user's /proc fds), and a command
+ * that runs as root owns the container anyway. An unprivileged user's
+ * commands and scripts take an exec each.
+ */
+function reusesSessions(user: string): boolean {
+  const name = user.split(":")[0];
+  return name === "0" || name === "root";
 }

@@ -10,6 +10,7 @@ import type { Writable } from "node:stream";
 import { constants } from "node:os";
 import { StrataError, errors } from "../core/errors.js";
 import { timeoutSeconds } from "../core/limits.js";
+import { baseName } from "../core/paths.js";
 import type { ExecuteResponse } from "../core/types.js";
 import { SANDBOX_DEFAULTS } from "./defaults.js";
 import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./output.js";
@@ -57,6 +58,16 @@ export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
     let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
     let openStreams = 2;
     let settled = false;
+    // First of all: a spawn that fails (EMFILE, ENOENT) emits this, and an 'error' with no listener would end the process.
+    child.on("error", (error: NodeJS.ErrnoException) => {
+      finish(() =>
+        reject(
+          error.code === "ENOENT"
+            ? new StrataError("unavailable", `Cannot start '${baseName(run.file)}': it is not installed`, { cause: error })
+            : new StrataError("io_error", `Cannot start '${baseName(run.file)}': ${error.code ?? "error"}`, { cause: error }),
+        ),
+      );
+    });
 
     const killGroup = () => {
       try {
@@ -82,8 +93,8 @@ export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
       clearTimeout(timer);
       clearTimeout(graceTimer);
       run.signal?.removeEventListener("abort", onAbort);
-      child.stdout.destroy();
-      child.stderr.destroy();
+      child.stdout?.destroy();
+      child.stderr?.destroy();
       settle();
     };
     const maybeDone = () => {
@@ -111,17 +122,10 @@ export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
       openStreams--;
       maybeDone();
     };
+    // Without pipes (a spawn that failed) there is nothing to read: the 'error' listener above settles.
+    if (!child.stdout || !child.stderr) return;
     child.stdout.on("data", collect("stdout")).on("close", streamClosed);
     child.stderr.on("data", collect("stderr")).on("close", streamClosed);
-    child.on("error", (error: NodeJS.ErrnoException) => {
-      finish(() =>
-        reject(
-          error.code === "ENOENT"
-            ? new StrataError("unavailable", `Cannot start '${run.file}': it is not installed`, { cause: error })
-            : new StrataError("io_error", `Cannot start '${run.file}': ${error.code ?? "error"}`, { cause: error }),
-        ),
-      );
-    });
     child.on("exit", (code, signal) => {
       exit = { code, signal };
       // A background child may still hold the output pipes open; past the grace period its group is

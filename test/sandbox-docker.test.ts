@@ -162,12 +162,12 @@ for (const [flavour, image] of Object.entries(images)) {
       });
     });
 
-    describe("execute through a reused session", () => {
+    describe("execute through a reused session (work done as root)", () => {
       /** PIDs of the user's session supervisors (their argv names them), seen from a command. */
       const SUPERVISORS = `for p in /proc/[0-9]*; do case "$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)" in "/bin/sh -c NL="*" strata-session "*) echo \${p#/proc/};; esac; done`;
 
       it("runs back-to-back commands in one exec, and each still gets its own process group, cwd and environment", async () => {
-        const native = await shared.fresh({ permissions: false });
+        const native = await shared.fresh({ permissions: false, user: "0:0" });
         await native.execute("true");
         const before = { ...native.stats };
         const answers = [];
@@ -185,21 +185,21 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("answers a command that kills its session's shell, and the next command runs on a new one", async () => {
-        const native = await shared.fresh({ permissions: false });
+        const native = await shared.fresh({ permissions: false, user: "0:0" });
         const sandbox = toSeedProtocol(native);
         await sandbox.execute("true");
         const result = await sandbox.execute(`for p in $(${SUPERVISORS}); do kill -9 $p 2>/dev/null; done; echo after; exit 4`);
         expect(result).toEqual({ output: "after\n", exitCode: 4, truncated: false });
         // Idle sessions killed from outside are replaced too.
         await sandbox.execute("true");
-        const other = await DockerSandbox.attach(native.id, { docker: socket, workspace: native.workspace, permissions: false });
+        const other = await DockerSandbox.attach(native.id, { docker: socket, workspace: native.workspace, permissions: false, user: "0:0" });
         await other.execute(`for p in $(${SUPERVISORS}); do kill -9 $p 2>/dev/null; done`);
         expect(await sandbox.execute("echo next")).toEqual({ output: "next\n", exitCode: 0, truncated: false });
         await other.close();
       });
 
       it("times out a command, kills its group, and the session serves the next command", async () => {
-        const native = await shared.fresh({ permissions: false });
+        const native = await shared.fresh({ permissions: false, user: "0:0" });
         const sandbox = toSeedProtocol(native);
         const marker = `91${Math.floor(Math.random() * 1e6)}`;
         const result = await sandbox.execute(`echo started; sleep ${marker}`, { timeout: 1 });
@@ -214,7 +214,7 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("ends a command whose background child holds the output, and leaves the child's output out of the next command", async () => {
-        const native = await shared.fresh({ permissions: false });
+        const native = await shared.fresh({ permissions: false, user: "0:0" });
         const sandbox = toSeedProtocol(native);
         const marker = `92${Math.floor(Math.random() * 1e6)}`;
         const first = await sandbox.execute(`(sleep 0.5; echo late; sleep ${marker}) & echo now`);
@@ -224,7 +224,7 @@ for (const [flavour, image] of Object.entries(images)) {
       });
 
       it("runs concurrent commands side by side, each answered with its own output", async () => {
-        const native = await shared.fresh({ permissions: false });
+        const native = await shared.fresh({ permissions: false, user: "0:0" });
         const started = Date.now();
         const answers = await Promise.all(
           Array.from({ length: 12 }, (_, i) => native.execute(`sleep 1; head -c ${1000 + i} /dev/zero | tr '\\0' ${String.fromCharCode(97 + i)}; exit ${i}`)),
@@ -234,6 +234,21 @@ for (const [flavour, image] of Object.entries(images)) {
           if ("error" in answer) throw new Error(answer.error?.message);
           expect(answer).toEqual({ output: String.fromCharCode(97 + i).repeat(1000 + i), exitCode: i, truncated: false });
         });
+      });
+
+      it("keeps no session of an unprivileged user: a leftover of its commands cannot inject requests into later ones", async () => {
+        const native = await shared.fresh();
+        await native.execute("true");
+        const before = { ...native.stats };
+        // A leftover tries every session shell it can find, root's included, as the reviewer's attack did.
+        const attack = await native.execute(
+          `(sleep 1; for p in $(${SUPERVISORS}); do printf '%s\\n' 'Lecho INJECTED > /tmp/inj; echo() { command echo FORGED; }' > /proc/$p/fd/0 && echo "wrote $p" >> /tmp/wrote; done) >/dev/null 2>&1 </dev/null & echo started`,
+        );
+        expect(attack.output).toBe("started\n");
+        await new Promise((resolve) => setTimeout(resolve, 2000));
+        expect(await native.execute("cat /tmp/inj /tmp/wrote 2>/dev/null; echo real output")).toMatchObject({ output: "real output\n" });
+        expect(native.stats.sessionRequests - before.sessionRequests).toBeLessThanOrEqual(3); // the secret lock's, as root
+        expect(native.stats.execs - before.execs).toBeGreaterThanOrEqual(2);
       });
     });
 
