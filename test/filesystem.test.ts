@@ -88,6 +88,26 @@ describe("symlinks are never followed", () => {
     expect(await seed.read("/real/inside.txt")).toBe("     1\tinside");
   });
 
+  it("parallel reads (answered together, sharing directory opens) refuse symlinks on the way just as single reads do", async () => {
+    await fs.mkdir(path.join(root, "real", "deeper"));
+    await fs.writeFile(path.join(root, "real", "deeper", "two.txt"), "two\n");
+    await fs.writeFile(path.join(root, "top.txt"), "top\n");
+    await backend.readRaw("/top.txt"); // the root resolved: the synchronous path is in use from here on
+    const paths = ["/real/inside.txt", "/alias/inside.txt", "/out/secret.txt", "/real/deeper/two.txt", "/etc/passwd", "/top.txt", "/real/missing.txt", "/secret-link.txt", "/real/deeper/two.txt"];
+    const parallel = await Promise.all(paths.map((p) => backend.readRaw(p)));
+    const alone: unknown[] = [];
+    for (const p of paths) alone.push(await backend.readRaw(p));
+    expect(parallel).toEqual(alone);
+    expect(parallel.map((r) => r.error?.code ?? "ok")).toEqual(["ok", "permission_denied", "permission_denied", "ok", "permission_denied", "ok", "file_not_found", "permission_denied", "ok"]);
+    expect(JSON.stringify(parallel)).not.toContain("TOP SECRET");
+    // A read asked after a change sees it, though directories of the reads before were open.
+    const [before] = await Promise.all([backend.readRaw("/real/deeper/two.txt"), backend.readRaw("/real/inside.txt")]);
+    expect(before.error).toBeUndefined();
+    await fs.rename(path.join(root, "real", "deeper"), path.join(root, "real", "moved"));
+    const after = await Promise.all([backend.readRaw("/real/deeper/two.txt"), backend.readRaw("/real/moved/two.txt")]);
+    expect(after.map((r) => r.error?.code ?? "ok")).toEqual(["file_not_found", "ok"]);
+  });
+
   it("cannot write, upload or delete through a symlink; writing over a link is refused; deleting a link removes only the link", async () => {
     const before = await snapshot(outside);
     expect((await seed.write("/out/new.txt", "x")).code).toBe("permission_denied");
