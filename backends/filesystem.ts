@@ -16,7 +16,7 @@ import type { PermissionOptions } from "../core/permissions.js";
 import type { GrepResult, WriteResult } from "../core/types.js";
 import { guarded } from "./permissions.js";
 import { grepFile, type Needle, readWindow, ripgrepCandidates, ripgrepPath, WHOLE_FILE_LIMIT } from "./filesystem-text.js";
-import { at, errno, isInternalName, lstatAt, lstatAtSync, openDirAt, openDirPath, openDirPathSync, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
+import { at, errno, isInternalName, lstatAt, lstatAtSync, lstatNamesSync, openDirAt, openDirPath, openDirPathSync, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
 import { DIR_FLAGS, DirCursor, readDirAt, removeAt, Slicer, walkFiles, writeAtomicAt } from "./safe-fs.js";
 
 export interface FilesystemBackendOptions {
@@ -60,6 +60,8 @@ export interface FilesystemBackendOptions {
 
 /** Files up to this size are read synchronously (readSmallNow); larger ones through the thread pool. */
 const SMALL_FILE_BYTES = 1024 * 1024;
+/** Entries of a listing lstatted at once, between looks at the clock (see Slicer). */
+const LSTAT_CHUNK = 64;
 
 /** A small regular file read at once: its bytes and the stat of the very file read. */
 interface SmallFile {
@@ -167,10 +169,14 @@ export class FilesystemBackend extends BaseBackend {
         // One lstat per entry, synchronously in slices (Slicer: a thread-pool round trip each costs several times the call).
         const infos: FileInfo[] = [];
         const slicer = new Slicer();
-        for (const entry of entries) {
-          const stat = lstatAtSync(start.dir.fd, entry.name);
-          if (stat) infos.push(this.info(joinPath(r.path, entry.name), stat));
-          const pause = slicer.maybeYield();
+        for (let i = 0; i < entries.length; i += LSTAT_CHUNK) {
+          const names = entries.slice(i, i + LSTAT_CHUNK).map((entry) => entry.name);
+          const stats = lstatNamesSync(start.dir.fd, names);
+          names.forEach((name, k) => {
+            const stat = stats[k];
+            if (stat) infos.push(this.info(joinPath(r.path, name), stat));
+          });
+          const pause = slicer.yieldIfDue();
           if (pause) await pause;
         }
         return sortByPath(infos);

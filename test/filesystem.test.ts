@@ -3,8 +3,9 @@ import { constants } from "node:fs";
 import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { FilesystemBackend } from "../backends/filesystem.js";
+import { borrowWorkingDirectory } from "../backends/safe-fs.js";
 import { StateBackend } from "../backends/state.js";
 import { isStrataError } from "../core/errors.js";
 import { formatRead } from "../core/format.js";
@@ -106,6 +107,27 @@ describe("symlinks are never followed", () => {
     await fs.rename(path.join(root, "real", "deeper"), path.join(root, "real", "moved"));
     const after = await Promise.all([backend.readRaw("/real/deeper/two.txt"), backend.readRaw("/real/moved/two.txt")]);
     expect(after.map((r) => r.error?.code ?? "ok")).toEqual(["file_not_found", "ok"]);
+  });
+
+  it("ls with the working directory borrowed (the strata command) answers the same, follows no link, and leaves the cwd where it was", async () => {
+    for (let i = 0; i < 150; i++) await fs.writeFile(path.join(root, "real", `f${i}.txt`), "x".repeat(i));
+    await fs.symlink(outside, path.join(root, "real", "link-out"));
+    const plain = [await backend.ls("/"), await backend.ls("/real")];
+    const cwd = process.cwd();
+    borrowWorkingDirectory();
+    const chdir = vi.spyOn(process, "chdir");
+    try {
+      const borrowed = [await backend.ls("/"), await backend.ls("/real")];
+      expect(borrowed).toEqual(plain);
+      expect(chdir.mock.calls.length).toBeGreaterThan(0); // the borrowing path did run (a worker thread would not)
+    } finally {
+      chdir.mockRestore();
+      borrowWorkingDirectory(false);
+    }
+    expect(process.cwd()).toBe(cwd);
+    const link = (plain[1]!.entries ?? []).find((e) => e.path === "/real/link-out");
+    expect(link?.is_dir).toBe(false); // the link itself, not the directory it names
+    expect(plain[1]!.entries).toHaveLength(152);
   });
 
   it("cannot write, upload or delete through a symlink; writing over a link is refused; deleting a link removes only the link", async () => {
