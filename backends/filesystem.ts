@@ -10,14 +10,14 @@ import { compileGlob } from "../core/glob.js";
 import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
 import { KeyedMutex } from "../core/lock.js";
-import { isWithin, joinPath, normalizePath, relativeTo, sortByPath } from "../core/paths.js";
+import { isWithin, joinPath, normalizePath, parentOf, relativeTo, sortByPath } from "../core/paths.js";
 import type { DeleteResult, EditResult, FileDataV2, FileInfo, FilesUpdate, GrepMatch } from "../core/types.js";
 import type { PermissionOptions } from "../core/permissions.js";
 import type { GrepResult, WriteResult } from "../core/types.js";
 import { guarded } from "./permissions.js";
 import { grepFile, type Needle, readWindow, ripgrepCandidates, ripgrepPath, WHOLE_FILE_LIMIT } from "./filesystem-text.js";
-import { at, errno, isInternalName, lstatAt, lstatAtSync, openDirAt, openDirPath, openDirPathSync, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
-import { DirCursor, readDirAt, removeAt, Slicer, walkFiles, writeAtomicAt } from "./safe-fs.js";
+import { at, errno, isInternalName, lstatAt, lstatAtSync, lstatNamesSync, openDirAt, openDirPath, openDirPathSync, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
+import { DIR_FLAGS, DirCursor, readDirAt, removeAt, Slicer, walkFiles, writeAtomicAt } from "./safe-fs.js";
 
 export interface FilesystemBackendOptions {
   /** The workspace: the host directory holding the files; created if missing. */
@@ -60,6 +60,29 @@ export interface FilesystemBackendOptions {
 
 /** Files up to this size are read synchronously (readSmallNow); larger ones through the thread pool. */
 const SMALL_FILE_BYTES = 1024 * 1024;
+/** Entries of a listing lstatted at once, between looks at the clock (see Slicer). */
+const LSTAT_CHUNK = 64;
+
+/** A small regular file read at once: its bytes and the stat of the very file read. */
+interface SmallFile {
+  bytes: Buffer;
+  stat: Stats;
+}
+
+/** The small regular file `name` in the directory `dirFd`, never following a symlink; undefined when the async path should answer. */
+function readSmallAt(dirFd: number, name: string): SmallFile | undefined {
+  let fd: number | undefined;
+  try {
+    fd = openSync(at(dirFd, name), READ_FLAGS);
+    const stat = fstatSync(fd);
+    if (!stat.isFile() || stat.size > SMALL_FILE_BYTES) return undefined;
+    return { bytes: readFileSync(fd), stat };
+  } catch {
+    return undefined;
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
+}
 
 /** Uploads and downloads in flight at once. */
 const IO_CONCURRENCY = 8;
@@ -106,6 +129,8 @@ export class FilesystemBackend extends BaseBackend {
   private hostRootReady: Promise<string> | undefined;
   /** The root's real path once hostRoot() has resolved it (the synchronous paths need it at hand). */
   private hostRootPath: string | undefined;
+  /** Small reads asked for in this turn of the microtask queue, answered together (readSmallBatch). */
+  private smallReads: Array<{ r: Resolved; resolve: (file: SmallFile | undefined) => void }> | undefined;
   private readonly quota: Quota | undefined;
   /** What the root holds, once measured; undefined until needed or after a change too large to track (a directory delete). */
   private usage: Usage | undefined;
@@ -144,10 +169,14 @@ export class FilesystemBackend extends BaseBackend {
         // One lstat per entry, synchronously in slices (Slicer: a thread-pool round trip each costs several times the call).
         const infos: FileInfo[] = [];
         const slicer = new Slicer();
-        for (const entry of entries) {
-          const stat = lstatAtSync(start.dir.fd, entry.name);
-          if (stat) infos.push(this.info(joinPath(r.path, entry.name), stat));
-          const pause = slicer.maybeYield();
+        for (let i = 0; i < entries.length; i += LSTAT_CHUNK) {
+          const names = entries.slice(i, i + LSTAT_CHUNK).map((entry) => entry.name);
+          const stats = lstatNamesSync(start.dir.fd, names);
+          names.forEach((name, k) => {
+            const stat = stats[k];
+            if (stat) infos.push(this.info(joinPath(r.path, name), stat));
+          });
+          const pause = slicer.yieldIfDue();
           if (pause) await pause;
         }
         return sortByPath(infos);
@@ -161,7 +190,7 @@ export class FilesystemBackend extends BaseBackend {
 
   protected async doReadRaw(filePath: string): Promise<FileDataV2> {
     const r = this.resolve(filePath);
-    const small = this.readSmallNow(r);
+    const small = await this.readSmall(r);
     if (small) return { ...fileDataFromBytes(small.bytes), ...this.times(small.stat) };
     try {
       return await this.openFile(r, async (handle, stat) => ({ ...fileDataFromBytes(await handle.readFile()), ...this.times(stat) }));
@@ -173,7 +202,7 @@ export class FilesystemBackend extends BaseBackend {
   /** Streams files over 8 MiB, holding only the requested lines (see readWindow). */
   protected override async doRead(filePath: string, offset: number, limit: number): Promise<TextWindow> {
     const r = this.resolve(filePath);
-    const small = this.readSmallNow(r);
+    const small = await this.readSmall(r);
     if (small) {
       const text = decodeText(small.bytes);
       if (text === null) throw errors.binary(r.shown, small.stat.size);
@@ -509,22 +538,66 @@ export class FilesystemBackend extends BaseBackend {
    * the directories on the way) costs more than the call (see Slicer).
    * Undefined when the async path should answer: the root not resolved yet,
    * a file over SMALL_FILE_BYTES, or any failure (whose exact error the
-   * async path gives).
+   * async path gives). Reads asked together are answered together
+   * (readSmallBatch).
    */
-  private readSmallNow(r: Resolved): { bytes: Buffer; stat: Stats } | undefined {
+  private readSmall(r: Resolved): Promise<SmallFile | undefined> | undefined {
+    if (this.hostRootPath === undefined || r.segments.length === 0) return undefined;
+    return new Promise((resolve) => {
+      if (this.smallReads === undefined) {
+        this.smallReads = [];
+        queueMicrotask(() => this.readSmallBatch());
+      }
+      this.smallReads.push({ r, resolve });
+    });
+  }
+
+  /**
+   * Answers the small reads asked for in one turn of the microtask queue
+   * (parallel reads: read_multiple_files, a model's parallel read_file
+   * calls) together, through one DirCursor: files in the same directories
+   * share the opens of the directories on the way. Each read is asked before
+   * the batch runs, so each still sees the disk as it is after it was asked.
+   */
+  private readSmallBatch(): void {
+    const batch = this.smallReads ?? [];
+    this.smallReads = undefined;
+    if (batch.length === 1) {
+      batch[0]!.resolve(this.readSmallNow(batch[0]!.r));
+      return;
+    }
+    let root: number | undefined;
+    try {
+      root = openSync(this.hostRootPath!, DIR_FLAGS);
+    } catch {
+      for (const item of batch) item.resolve(undefined);
+      return;
+    }
+    const cursor = new DirCursor(root);
+    try {
+      // In directory order, so that files of one directory (and of its neighbours) share their opens.
+      const order = batch.map((item) => ({ item, parent: item.r.segments.slice(0, -1), key: parentOf(item.r.path) }));
+      order.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+      for (const { item, parent } of order) {
+        const dir = cursor.enter(parent);
+        item.resolve(dir === undefined ? undefined : readSmallAt(dir, item.r.segments.at(-1)!));
+      }
+    } finally {
+      cursor.close();
+      closeSync(root);
+    }
+  }
+
+  /** One small read alone: the directories on the way opened for it. */
+  private readSmallNow(r: Resolved): SmallFile | undefined {
     if (this.hostRootPath === undefined || r.segments.length === 0) return undefined;
     let dir: number | undefined;
-    let fd: number | undefined;
     try {
       dir = openDirPathSync(this.hostRootPath, r.segments.slice(0, -1));
-      fd = openSync(at(dir, r.segments.at(-1)!), READ_FLAGS);
-      const stat = fstatSync(fd);
-      if (!stat.isFile() || stat.size > SMALL_FILE_BYTES) return undefined;
-      return { bytes: readFileSync(fd), stat };
+      return readSmallAt(dir, r.segments.at(-1)!);
     } catch {
       return undefined;
     } finally {
-      if (fd !== undefined) closeSync(fd);
       if (dir !== undefined) closeSync(dir);
     }
   }

@@ -19,6 +19,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { hostname } from "node:os";
+import { isMainThread } from "node:worker_threads";
 import { closeSync, constants, lstatSync, mkdirSync, openSync, readdirSync, rmdirSync, unlinkSync, type Dirent, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import { isReservedName } from "../core/paths.js";
@@ -173,6 +174,59 @@ export function lstatAtSync(dirFd: number, name: string): Stats | undefined {
   }
 }
 
+/**
+ * Whether lstatNamesSync may borrow the process's working directory. Off by
+ * default: a library must not move the cwd of its host process, whose own
+ * relative paths (an fs call on the thread pool, a worker) would follow it.
+ * A process that is all Strata's own (the `strata` command) turns it on.
+ */
+let borrowCwd = false;
+
+/** Lets lstatNamesSync borrow this process's working directory, or (`false`) no longer; main thread only (see borrowCwd). */
+export function borrowWorkingDirectory(on = true): void {
+  borrowCwd = on && isMainThread;
+}
+
+/**
+ * lstat of each of `names` (entry names, no '/') in the directory `dirFd`,
+ * undefined for one that is gone; never follows a symlink. Synchronous.
+ * With the working directory borrowed: chdir into the directory through its
+ * fd (the kernel takes the very directory the fd is open on, as fchdir
+ * does), lstat each name relative to it (fstatat with AT_SYMLINK_NOFOLLOW),
+ * then back to where the process was, through an fd kept on it, all before
+ * any other JavaScript runs. Half the cost of resolving
+ * /proc/<pid>/fd/<fd>/<name> once per name.
+ */
+export function lstatNamesSync(dirFd: number, names: readonly string[]): Array<Stats | undefined> {
+  let home: number | undefined;
+  if (borrowCwd && names.length > 1) {
+    try {
+      home = openSync(".", DIR_FLAGS);
+    } catch {
+      // The cwd cannot be reopened (gone, unreadable): the fd paths answer.
+    }
+  }
+  if (home === undefined) return names.map((name) => lstatAtSync(dirFd, name));
+  try {
+    process.chdir(at(dirFd));
+    try {
+      return names.map((name) => {
+        try {
+          return lstatSync(name);
+        } catch {
+          return undefined;
+        }
+      });
+    } finally {
+      process.chdir(at(home));
+    }
+  } catch {
+    return names.map((name) => lstatAtSync(dirFd, name));
+  } finally {
+    closeSync(home);
+  }
+}
+
 export function readDirAt(dir: FileHandle): Promise<Dirent[]> {
   return fs.readdir(at(dir), { withFileTypes: true });
 }
@@ -270,7 +324,13 @@ export class Slicer {
    */
   maybeYield(): Promise<void> | undefined {
     // Reading the clock costs more than most steps of a walk: look every 32 steps.
-    if ((++this.calls & 31) !== 0 || performance.now() - this.start < SLICE_MS) return undefined;
+    if ((++this.calls & 31) !== 0) return undefined;
+    return this.yieldIfDue();
+  }
+
+  /** maybeYield for a caller whose steps are large (many calls each): looks at the clock every time. */
+  yieldIfDue(): Promise<void> | undefined {
+    if (performance.now() - this.start < SLICE_MS) return undefined;
     return new Promise((resolve) => setImmediate(() => {
       this.start = performance.now();
       resolve();

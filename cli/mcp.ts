@@ -11,6 +11,7 @@ import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js"
 import { Command, InvalidArgumentError } from "commander";
 import { z } from "zod";
 import { withPermissions } from "../backends/permissions.js";
+import { borrowWorkingDirectory } from "../backends/safe-fs.js";
 import { elicitationAsk } from "../mcp/elicit.js";
 import { createMcpServer, type Workspace } from "../mcp/server.js";
 import { embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type SandboxChoice } from "../mcp/embedded.js";
@@ -130,6 +131,8 @@ export function mcpCommand(): Command {
     .option("--no-memories", "do not mount /memories")
     .option("--overlay", "serve the directory through an overlay: changes (the shell's too, run on a scratch copy) wait in .strata/overlay.db for `strata diff`, `strata commit` or `strata discard`")
     .action(async (flags: McpFlags, command: Command) => {
+      // This process is the server alone, all of its paths absolute: listings may borrow its cwd (see lstatNamesSync).
+      borrowWorkingDirectory();
       const config = flags.config === undefined ? {} : readConfig(flags.config);
       // A flag typed on the command line wins; a default (--no-x's true) does not hide the file's value.
       const given = (name: keyof McpFlags) => command.getOptionValueSource(name) === "cli";

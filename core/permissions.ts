@@ -296,8 +296,9 @@ function basenameTest(pattern: string): (path: string) => boolean {
   if (head !== "" || tail !== "") {
     const least = head.length + tail.length;
     return (path) => {
-      const name = path.slice(path.lastIndexOf("/") + 1);
-      return name.length >= least && name.startsWith(head) && name.endsWith(tail) && path !== "/" && test(`/${name}`);
+      // The name is compared in place (a listing checks every entry against every pattern): sliced only for the glob.
+      const start = path.lastIndexOf("/") + 1;
+      return path.length - start >= least && path.startsWith(head, start) && path.endsWith(tail) && path !== "/" && test(`/${path.slice(start)}`);
     };
   }
   const seen = new Map<string, boolean>();

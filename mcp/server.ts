@@ -13,6 +13,7 @@
  * change, the next call opens the new one, and the old workspace closes once
  * its calls in flight are done.
  */
+import { setMaxListeners } from "node:events";
 import { realpathSync } from "node:fs";
 import nodePath from "node:path";
 import { fileURLToPath } from "node:url";
@@ -196,6 +197,9 @@ export function createMcpServer(workspace: Backend | Workspace | WorkspaceOpener
     const tool = state.tools.get(request.params.name);
     if (!tool) return errorResult(`Unknown tool '${request.params.name}'. Available: ${[...state.tools.keys()].join(", ")}`);
     state.calls++;
+    // One call is many operations (a batch read, a search), each listening on the call's signal while it runs:
+    // not a leak, and Node's warning about it would be printed (and paid for) on every such call.
+    setMaxListeners(0, extra.signal);
     try {
       const output: StructuredOutput = await runWithSignal(extra.signal, () => tool.run(state.session, (request.params.arguments ?? {}) as never));
       return toResult(output, tool.outputSchema !== undefined);

@@ -3,8 +3,9 @@ import { constants } from "node:fs";
 import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { FilesystemBackend } from "../backends/filesystem.js";
+import { borrowWorkingDirectory } from "../backends/safe-fs.js";
 import { StateBackend } from "../backends/state.js";
 import { isStrataError } from "../core/errors.js";
 import { formatRead } from "../core/format.js";
@@ -86,6 +87,47 @@ describe("symlinks are never followed", () => {
       expect((await seed.edit(p, "TOP", "HACKED")).code).toBe("permission_denied");
     }
     expect(await seed.read("/real/inside.txt")).toBe("     1\tinside");
+  });
+
+  it("parallel reads (answered together, sharing directory opens) refuse symlinks on the way just as single reads do", async () => {
+    await fs.mkdir(path.join(root, "real", "deeper"));
+    await fs.writeFile(path.join(root, "real", "deeper", "two.txt"), "two\n");
+    await fs.writeFile(path.join(root, "top.txt"), "top\n");
+    await backend.readRaw("/top.txt"); // the root resolved: the synchronous path is in use from here on
+    const paths = ["/real/inside.txt", "/alias/inside.txt", "/out/secret.txt", "/real/deeper/two.txt", "/etc/passwd", "/top.txt", "/real/missing.txt", "/secret-link.txt", "/real/deeper/two.txt"];
+    const parallel = await Promise.all(paths.map((p) => backend.readRaw(p)));
+    const alone: unknown[] = [];
+    for (const p of paths) alone.push(await backend.readRaw(p));
+    expect(parallel).toEqual(alone);
+    expect(parallel.map((r) => r.error?.code ?? "ok")).toEqual(["ok", "permission_denied", "permission_denied", "ok", "permission_denied", "ok", "file_not_found", "permission_denied", "ok"]);
+    expect(JSON.stringify(parallel)).not.toContain("TOP SECRET");
+    // A read asked after a change sees it, though directories of the reads before were open.
+    const [before] = await Promise.all([backend.readRaw("/real/deeper/two.txt"), backend.readRaw("/real/inside.txt")]);
+    expect(before.error).toBeUndefined();
+    await fs.rename(path.join(root, "real", "deeper"), path.join(root, "real", "moved"));
+    const after = await Promise.all([backend.readRaw("/real/deeper/two.txt"), backend.readRaw("/real/moved/two.txt")]);
+    expect(after.map((r) => r.error?.code ?? "ok")).toEqual(["file_not_found", "ok"]);
+  });
+
+  it("ls with the working directory borrowed (the strata command) answers the same, follows no link, and leaves the cwd where it was", async () => {
+    for (let i = 0; i < 150; i++) await fs.writeFile(path.join(root, "real", `f${i}.txt`), "x".repeat(i));
+    await fs.symlink(outside, path.join(root, "real", "link-out"));
+    const plain = [await backend.ls("/"), await backend.ls("/real")];
+    const cwd = process.cwd();
+    borrowWorkingDirectory();
+    const chdir = vi.spyOn(process, "chdir");
+    try {
+      const borrowed = [await backend.ls("/"), await backend.ls("/real")];
+      expect(borrowed).toEqual(plain);
+      expect(chdir.mock.calls.length).toBeGreaterThan(0); // the borrowing path did run (a worker thread would not)
+    } finally {
+      chdir.mockRestore();
+      borrowWorkingDirectory(false);
+    }
+    expect(process.cwd()).toBe(cwd);
+    const link = (plain[1]!.entries ?? []).find((e) => e.path === "/real/link-out");
+    expect(link?.is_dir).toBe(false); // the link itself, not the directory it names
+    expect(plain[1]!.entries).toHaveLength(152);
   });
 
   it("cannot write, upload or delete through a symlink; writing over a link is refused; deleting a link removes only the link", async () => {
