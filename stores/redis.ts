@@ -242,7 +242,7 @@ local function remove_file(key)
   unindex_key(key)
   count_usage(-size, -1)
   -- An emptied namespace keeps no index state: the next write starts a fresh, complete index.
-  if redis.call("EXISTS", B .. "k") == 0 then redis.call("DEL", B .. "x", B .. "tn", B .. "tf") end
+  if redis.call("EXISTS", B .. "k") == 0 then redis.call("DEL", B .. "x", B .. "xc", B .. "tn", B .. "tf") end
   return true
 end
 -- Examines keys[1..] in order, stopping once budget bytes of content are read
@@ -459,19 +459,24 @@ for _, key in ipairs(redis.call("SMEMBERS", B .. "tb")) do take(key) end
 return out`;
 
 /**
- * ARGV: base, after (ZRANGEBYLEX bound), batch, byte budget. Indexes the next
- * keys of a namespace whose records predate its index; writes keep the keys
- * already indexed current meanwhile. Returns "" once the index is complete,
- * else the last key indexed, where the next call resumes.
+ * ARGV: base, batch, byte budget. Indexes the next keys of a namespace whose
+ * records predate its index, from the cursor kept in `xc`; writes keep the
+ * keys already indexed current meanwhile. Returns "" once the index is
+ * complete, else "more".
  */
 const BUILD = `${PRELUDE}
 local state = redis.call("GET", B .. "x")
 if state == "1" then return "" end
-if not state then redis.call("SET", B .. "x", "b") end
-local keys = redis.call("ZRANGEBYLEX", B .. "k", ARGV[2], "+", "LIMIT", 0, tonumber(ARGV[3]))
-local budget, read = tonumber(ARGV[4]), 0
+-- The cursor lives here, shared by every builder, so concurrent builders leave no gap; a build that starts
+-- (none yet, or the index was dropped meanwhile) starts from the first key.
+if not state then redis.call("SET", B .. "x", "b"); redis.call("DEL", B .. "xc") end
+local keys = redis.call("ZRANGEBYLEX", B .. "k", redis.call("GET", B .. "xc") or "-", "+", "LIMIT", 0, tonumber(ARGV[2]))
+local budget, read = tonumber(ARGV[3]), 0
 for i, key in ipairs(keys) do
-  if read >= budget then return keys[i - 1] end
+  if read >= budget then
+    redis.call("SET", B .. "xc", "(" .. keys[i - 1])
+    return "more"
+  end
   if redis.call("HEXISTS", B .. "ti", key) == 0 and redis.call("SISMEMBER", B .. "tb", key) == 0 then
     local m = redis.call("HMGET", B .. "f:" .. key, "c", "e")
     if m[1] then
@@ -480,8 +485,12 @@ for i, key in ipairs(keys) do
     end
   end
 end
-if #keys == tonumber(ARGV[3]) then return keys[#keys] end
+if #keys == tonumber(ARGV[2]) then
+  redis.call("SET", B .. "xc", "(" .. keys[#keys])
+  return "more"
+end
 redis.call("SET", B .. "x", "1")
+redis.call("DEL", B .. "xc")
 return ""`;
 
 /**
@@ -759,13 +768,8 @@ export class RedisStore implements Store {
     for (;;) {
       const keys = (await this.run(SCRIPTS.candidates, [base, prefix, ...codes])) as string[] | null;
       if (keys !== null) return keys.sort(byteOrder);
-      // Built in short calls, so other clients are served between them; concurrent builders only repeat work.
-      let after = "-";
-      for (;;) {
-        const last = (await this.run(SCRIPTS.build, [base, after, String(BUILD_BATCH), String(BUILD_BYTES)])) as string;
-        if (last === "") break;
-        after = `(${last}`;
-      }
+      // Built in short calls, so other clients are served between them; concurrent builders share the cursor.
+      while ((await this.run(SCRIPTS.build, [base, String(BUILD_BATCH), String(BUILD_BYTES)])) !== "");
     }
   }
 

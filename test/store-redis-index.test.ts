@@ -80,10 +80,19 @@ async function apply(store: RedisStore, ns: Namespace, o: Op): Promise<void> {
       return;
     }
     case "forget": {
+      // The whole index at once, as a lost index would be (listing then deleting from here could leave half of one).
       const base = `${prefix}{${JSON.stringify(ns)}}:`;
-      // KEYS takes a glob, and a namespace's base holds brackets: filter by prefix instead.
-      const index = (await client.keys(`${prefix}*`)).filter((k) => k.startsWith(base) && /^(x|ti|tk|tn|tf|tb|tc|tq|t:\d+)$/.test(k.slice(base.length)));
-      if (index.length > 0) await client.del(...index);
+      await client.eval(
+        `for _, k in ipairs(redis.call("KEYS", ARGV[1] .. "*")) do
+           if string.sub(k, 1, #ARGV[2]) == ARGV[2] then
+             local rest = string.sub(k, #ARGV[2] + 1)
+             if rest == "x" or rest == "xc" or rest == "ti" or rest == "tk" or rest == "tn" or rest == "tf" or rest == "tb" or rest == "tc" or rest == "tq" or string.match(rest, "^t:%d+$") then redis.call("DEL", k) end
+           end
+         end`,
+        0,
+        prefix,
+        base,
+      );
       return;
     }
   }
