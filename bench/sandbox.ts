@@ -52,7 +52,7 @@ import {
 
 const GLOB = "**/*.ts";
 const SERVICES_ENV = join(dirname(fileURLToPath(import.meta.url)), "..", ".services", "env");
-/** The Docker target (issue 14): Strata's p50 at most this many times a raw exec's, by reusing one exec session. */
+/** The Docker target (issue 14): Strata's p50 at most this many times a raw exec's (met only by reusing an exec session, which root's work alone does now). */
 const DOCKER_MAX_OVERHEAD = 0.5;
 /** The bubblewrap target (issue 14): p50 with the default limits on, through the warm supervisor. */
 const BUBBLEWRAP_MAX_P50_MS = 3;
@@ -367,9 +367,9 @@ export const sandboxGroup: BenchGroup = {
                 "start with a hijacked stream, demultiplex, inspect for the exit code: the least any client of the Engine API does), " +
                 "not with the `docker exec` CLI, whose figure is mostly the CLI process's own start-up (a Go binary, config load, " +
                 "API version negotiation); that comparison would flatter Strata. The raw forms run `sh -c true`, since an agent's " +
-                "command is a shell string; Strata runs it under its wrapper (process group, timeout, cwd), as a request on an exec session " +
-                "it keeps open (a shell in the container reading one request at a time), after locking the files its permission rules deny " +
-                "(a request on a root session): no exec per command.",
+                "command is a shell string; Strata runs it under its wrapper (process group, timeout, cwd), in an exec of its own (the default " +
+                "user is unprivileged, and a session shell of that user could be hijacked by its own leftovers, so only root's work reuses " +
+                "exec sessions), after locking the files its permission rules deny (a request on a root session).",
             ],
           }),
         );
