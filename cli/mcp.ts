@@ -4,7 +4,6 @@
  * (`--config`) whose keys are the flags' names in camelCase; a flag given on
  * the command line wins over the file.
  */
-import { readFileSync } from "node:fs";
 import nodePath from "node:path";
 import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
@@ -16,6 +15,7 @@ import { elicitationAsk } from "../mcp/elicit.js";
 import { createMcpServer, type Workspace } from "../mcp/server.js";
 import { embeddedShell, openEmbeddedWorkspace, type EmbeddedWorkspaceOptions, type SandboxChoice } from "../mcp/embedded.js";
 import { sshSandboxOptions } from "../mcp/ssh-target.js";
+import { readJsonFile } from "./json-file.js";
 import { PERMISSION_PRESETS, loadPermissions, rulesSchema } from "./permissions.js";
 
 const sandboxChoice = z.union([z.enum(["auto", "none", "local", "bwrap"]), z.templateLiteral(["docker:", z.string().min(1)]), z.templateLiteral(["ssh://", z.string().min(1)])]);
@@ -85,18 +85,7 @@ function route(value: string, previous: string[] = []): string[] {
 }
 
 function readConfig(file: string): Config {
-  let raw: unknown;
-  try {
-    raw = JSON.parse(readFileSync(file, "utf8"));
-  } catch (error) {
-    throw new Error(`The config file '${nodePath.basename(file)}' could not be read: ${error instanceof Error ? error.message : String(error)}`);
-  }
-  const parsed = configSchema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new Error(`The config file '${nodePath.basename(file)}': ${issue?.path.join(".") || "(top)"}: ${issue?.message ?? "invalid"}`);
-  }
-  const config = parsed.data;
+  const config = readJsonFile(file, "config file", configSchema);
   const base = nodePath.dirname(nodePath.resolve(file));
   if (config.root !== undefined) config.root = nodePath.resolve(base, config.root);
   if (config.identity !== undefined) config.identity = nodePath.resolve(base, config.identity);

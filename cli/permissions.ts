@@ -4,9 +4,10 @@
  * preset by name. The rules go over the whole target, above the secrets
  * preset its files and sandbox keep.
  */
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import nodePath from "node:path";
 import { z } from "zod";
+import { readJsonFile } from "./json-file.js";
 import { PERMISSION_OPERATIONS, SECRETS_PRESET, type AskCallback, type PermissionOperation, type PermissionRule } from "../core/permissions.js";
 
 const operation = z.custom<PermissionOperation>((value) => PERMISSION_OPERATIONS.includes(value as PermissionOperation), { message: `one of ${PERMISSION_OPERATIONS.join(", ")}` });
@@ -39,18 +40,7 @@ export function loadPermissions(spec: string): PermissionRule[] {
   if (!existsSync(spec)) {
     throw new Error(`--permissions '${name}': no such file, and not a preset (${Object.keys(PERMISSION_PRESETS).join(", ")})`);
   }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(readFileSync(spec, "utf8"));
-  } catch (error) {
-    throw new Error(`The permissions file '${name}' could not be read: ${error instanceof Error ? error.message : String(error)}`);
-  }
-  const parsed = rulesSchema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new Error(`The permissions file '${name}': ${issue?.path.join(".") || "(top)"}: ${issue?.message ?? "invalid"}`);
-  }
-  return parsed.data;
+  return readJsonFile(spec, "permissions file", rulesSchema);
 }
 
 /**
