@@ -3,15 +3,18 @@
  * StoreBackend over them: restore is exact after any mix of writes, edits,
  * deletes, moves and uploads (property tests, each store), diff names exactly
  * the files that differ, ids survive a restart (SQLite file reopened, a new
- * PostgreSQL pool), writers racing a restore on PostgreSQL see the old or the
- * restored files, never a mix, snapshots taken while writers commit restore
+ * PostgreSQL pool), writers racing a restore on PostgreSQL (and, on SQLite,
+ * a writer in another process) see the old or the restored files, never a mix, snapshots taken while writers commit restore
  * whole batches, a MemoryStore fork is independent, and 1000
  * snapshots of small edits stay within 2x the memory of the largest state.
  */
+import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import fc from "fast-check";
@@ -21,7 +24,7 @@ import { fileDataFromText, fileDataText } from "../core/filedata.js";
 import { MemoryStore } from "../stores/memory.js";
 import { PostgresStore } from "../stores/postgres.js";
 import { SqliteStore } from "../stores/sqlite.js";
-import type { SnapshotStore, Store } from "../stores/store.js";
+import { namespaceKey, type SnapshotStore, type Store } from "../stores/store.js";
 import { serviceUrl } from "./support/servers.js";
 
 const url = serviceUrl("STRATA_POSTGRES_URL");
@@ -286,6 +289,70 @@ describe("PostgresStore: writers racing restore", () => {
       await store.close();
     }
   }, 60_000);
+});
+
+describe("SqliteStore: a writer in another process racing restore", () => {
+  it("every state seen is one a serial order gives: a whole batch, or the restored files without any batch's new file", async () => {
+    const path = join(dir, `race-${++files}.db`);
+    const store = new SqliteStore({ path });
+    const namespace = ["snap", randomUUID()];
+    const keys = Array.from({ length: 40 }, (_, i) => `/f${String(i).padStart(2, "0")}`);
+    const rounds = 200;
+    try {
+      await store.putMany(namespace, keys.map((key) => [key, fileDataFromText("old\n")] as const));
+      const before = await store.snapshot(namespace);
+      // One statement reads one committed state of the file (WAL: a reader sees the last commit before it began).
+      const rows = store.client.prepare(
+        "SELECT f.key AS key, f.content AS content FROM strata_files f JOIN strata_namespaces n ON n.id = f.ns WHERE n.name = ?",
+      );
+      const check = () => {
+        const seen = rows.all(namespaceKey(namespace)) as Array<{ key: string; content: string }>;
+        const values = new Set(seen.filter((row) => row.key.startsWith("/f")).map((row) => row.content));
+        const added = seen.filter((row) => row.key.startsWith("/n")).map((row) => row.key);
+        expect(values.size).toBe(1);
+        const [value] = values;
+        expect(seen.filter((row) => row.key.startsWith("/f"))).toHaveLength(keys.length);
+        // The restore removes every key the snapshot did not have, the batches' own keys included.
+        if (value === "old\n") expect(added).toEqual([]);
+        else expect(added).toContain(`/n${value!.slice(1, -1)}`);
+        return value;
+      };
+      const writer = spawn(
+        process.execPath,
+        ["--import", "tsx", fileURLToPath(new URL("./fixtures/sqlite-batch-writer.ts", import.meta.url)), path, JSON.stringify(namespace), String(rounds), ...keys],
+        { stdio: ["pipe", "pipe", "pipe"] },
+      );
+      let stderr = "";
+      writer.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+      let wrote = -1;
+      let finished = false;
+      const lines = createInterface({ input: writer.stdout });
+      const ready = new Promise<void>((resolve) => lines.on("line", (line) => (line === "ready" ? resolve() : line === "done" ? (finished = true) : (wrote = Number(line.slice(6))))));
+      const exit = new Promise<number | null>((resolve) => writer.once("exit", resolve));
+      await ready;
+      writer.stdin.end("go\n");
+      // Restores while the other process commits batches: each restore waits for a batch under way, or makes it wait.
+      let restoredDuring = 0;
+      while (!finished) {
+        check();
+        await store.restore(namespace, before);
+        if (wrote >= 0 && !finished) restoredDuring++;
+        // Right after a restore nothing of a batch is left unless a whole batch committed since.
+        check();
+        await new Promise((resolve) => setTimeout(resolve, 2));
+      }
+      expect(await exit, stderr).toBe(0);
+      expect(wrote).toBe(rounds - 1);
+      // The race was run, not avoided: restores landed between the writer's batches.
+      expect(restoredDuring).toBeGreaterThan(10);
+      // The last batch, whole, or a restore after it.
+      expect(["old\n", `w${rounds - 1}\n`]).toContain(check());
+      await store.restore(namespace, before);
+      expect(check()).toBe("old\n");
+    } finally {
+      await store.close();
+    }
+  });
 });
 
 describe("PostgresStore: snapshots taken while writers run", () => {

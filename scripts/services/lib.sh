@@ -25,6 +25,11 @@ ensure_packages() {
 # Records a variable for the tests: export_env NAME VALUE
 export_env() {
   export "$1=$2"
+  # One line per name: a service started again replaces its line rather than adding another.
+  if [ -f "$SERVICES_DIR/env" ]; then
+    grep -v "^export $1=" "$SERVICES_DIR/env" >"$SERVICES_DIR/env.new" || true
+    mv "$SERVICES_DIR/env.new" "$SERVICES_DIR/env"
+  fi
   echo "export $1='$2'" >>"$SERVICES_DIR/env"
 }
 
