@@ -181,6 +181,8 @@ export class OverlayBackend extends BaseBackend {
     return this.settle(() =>
       this.changes.run("", async () => {
         await this.loaded();
+        // A closed or unreachable store fails here, before the disk is touched: else the files would land and the layer could not record it.
+        if (this.store) await this.store.list(this.namespace, { limit: 1 });
         const conflicts = await this.findConflicts();
         if (conflicts.length > 0) {
           const list = conflicts.map((c) => `${printable(c.path)} (${c.reason})`).join(", ");

@@ -402,6 +402,44 @@ describe("OverlayBackend: a layer kept in SQLite survives a restart", () => {
   });
 });
 
+describe("OverlayBackend: its store closed under it", () => {
+  it.each([
+    ["SQLite", (dir: string) => new SqliteStore({ path: path.join(dir, "overlay.db") })],
+    ["memory", () => new MemoryStore()],
+  ] as const)("%s: every change is refused as unavailable, commit and discard included, the disk and the layer untouched", async (_, open) => {
+    const root = await tempDir("strata-overlay-closed-");
+    await fs.writeFile(path.join(root, "a.txt"), "disk\n");
+    const store = open(await tempDir("strata-overlay-closed-db-"));
+    const overlay = new OverlayBackend({ workspace: root, store });
+    expect((await overlay.write("/b.txt", "layer\n")).error).toBeUndefined();
+    expect((await overlay.edit("/a.txt", "disk", "edited")).error).toBeUndefined();
+    const layer = await overlay.virtualFiles();
+    const disk = await walk(root);
+    await store.close();
+
+    const refused = [
+      await overlay.write("/c.txt", "x"),
+      await overlay.edit("/b.txt", "layer", "again"),
+      await overlay.delete("/a.txt"),
+      await overlay.mkdir("/d"),
+      await overlay.move("/b.txt", "/e.txt"),
+      // Commit would write the disk and then fail to drop the layer; discard would forget a layer the store keeps.
+      await overlay.commit(),
+      await overlay.discard(),
+    ];
+    for (const answer of refused) {
+      expect(answer.error?.code).toBe("unavailable");
+      expect(answer.error?.message).not.toContain(root);
+    }
+    // An upload answers per file.
+    expect((await overlay.uploadFiles([["/f.bin", Uint8Array.of(0, 1)]])).files?.[0]?.error?.code).toBe("unavailable");
+    expect(await walk(root)).toEqual(disk);
+    // The backend still answers from what it holds, and it is what the store kept.
+    expect(await overlay.virtualFiles()).toEqual(layer);
+    expect((await overlay.read("/a.txt")).content).toBe("edited");
+  });
+});
+
 describe("OverlayBackend: a layer in any Store, found again by a new backend (a new process's, for the servers)", () => {
   const memory = new MemoryStore();
   // A MemoryStore lives as long as its object: the second backend shares it instead of reopening.
