@@ -11,13 +11,19 @@
  * `s<slot>` (the command, its working directory and environment, as a
  * script Node writes), `o<slot>`, `e<slot>` and `i<slot>` (FIFOs for
  * stdout, stderr and stdin, which Node opens without blocking and reads
- * through libuv, as it reads a child's pipes), and `cg/s<slot>`, a pids
+ * through libuv, as it reads a child's pipes), `g<slot>` (the gate: a FIFO
+ * the command waits on until it is in its cgroup) and `cg/s<slot>`, a pids
  * cgroup of its own under the sandbox's.
  *
- * Each command joins its slot's cgroup before it execs `/bin/sh -c`, and
- * everything it starts stays there (a `setsid` or double-forked escapee
- * included: cgroup membership is inherited and only a write to a cgroup's
- * `tasks` or `cgroup.procs` changes it). When the command's shell ends, or its timeout,
+ * Each command is moved into its slot's cgroup by this process, before it
+ * execs `/bin/sh -c`: its waiter reports its pid (`p <slot> <pid>`), this
+ * side finds that pid's host pid among the supervisor's cgroup's members,
+ * writes it to the slot's `tasks` and opens the gate. Every `tasks` file is
+ * root's, so nothing in the sandbox can move itself into another cgroup
+ * (into a slot of another command still running, to outlive its own), and
+ * everything a command starts stays in its slot (a `setsid` or
+ * double-forked escapee included: cgroup membership is inherited and only a
+ * write to a cgroup's `tasks` or `cgroup.procs` changes it). When the command's shell ends, or its timeout,
  * abort or output cap fires, this process kills every process in that
  * cgroup from the host, so nothing the command started survives it, as with
  * a bwrap per command. The environment is applied in the command's own
@@ -30,7 +36,7 @@
  * it had accepted answer exit 137 with a note.
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { chownSync, closeSync, constants as fsConstants, ftruncateSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
+import { chownSync, closeSync, constants as fsConstants, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { Socket } from "node:net";
 import nodePath from "node:path";
 import { randomBytes } from "node:crypto";
@@ -51,6 +57,8 @@ const SLOT_BATCH = 16;
 const PIPE_DEADLINE_MS = 1_000;
 /** How long a slot may stay empty with its output ended, or after a kill, before its status counts as lost. */
 const LOST_AFTER_MS = 2_000;
+/** Scratch buffer for emptying a gate FIFO. */
+const GATE_DRAIN = Buffer.alloc(64);
 /** How long a supervisor may take to say it is ready. */
 const START_TIMEOUT_MS = 10_000;
 
@@ -59,15 +67,12 @@ const START_TIMEOUT_MS = 10_000;
  * channel (the supervisor's stdout); stdout itself goes to /dev/null so
  * nothing else can write into the protocol. Each request forks a waiter,
  * which opens the slot's stdin FIFO and reports acceptance, opens the output
- * FIFOs, forks the command and waits; its EXIT trap closes its copies of the
- * FIFOs and reports the status, also when its fork failed (the shell then
- * exits). The command's own subshell
- * joins the slot's cgroup (0 written to `tasks` moves the writing thread, a
- * single-threaded shell's whole process, and unlike a write to
- * `cgroup.procs` skips the global lock whose RCU grace period costs
- * milliseconds), takes its stdio
+ * FIFOs, forks the command, reports its pid and waits; its EXIT trap closes
+ * its copies of the FIFOs and reports the status, also when its fork failed
+ * (the shell then exits). The command's own subshell takes its stdio
  * through `exec` (an asynchronous command's stdin would otherwise be
- * /dev/null) without fd 3, sources the slot's script and execs the command.
+ * /dev/null) without fd 3, waits at its gate until the host has moved it
+ * into the slot's cgroup, sources the slot's script and execs the command.
  */
 const SUPERVISOR_SCRIPT = `exec 3>&1 >/dev/null
 c=${CONTROL_INSIDE}; t=$1
@@ -81,11 +86,12 @@ while read -r op k p; do
     exec 5>"$c/o$k" 6>"$c/e$k"
     (
       exec <&4 >&5 2>&6 3>&- 4<&- 5>&- 6>&-
-      echo 0 >"$c/cg/s$k/tasks" || exit 125
+      read -r g <"$c/g$k" && [ "$g" = go ] || exit 125
       [ "$t" = - ] || ulimit -t "$t"
       . "$c/s$k"
       exec /bin/sh -c "$cmd"
     ) &
+    echo "p $k $!" >&3
     wait $!
   ) &
 done`;
@@ -137,6 +143,8 @@ export class NotAccepted extends Error {}
 
 interface Pending {
   accepted: boolean;
+  /** A kill was asked for: a command not yet in its cgroup is killed rather than let through its gate. */
+  stopping: boolean;
   /** Called once it is accepted: its stdin FIFO is open at both ends, so input may flow (and end). */
   accept: () => void;
   ended: (status: number) => void;
@@ -152,6 +160,8 @@ export class Supervisor {
   private readonly free: number[] = [];
   /** Each slot's script file, open for rewriting. */
   private readonly scripts: number[] = [];
+  /** Each slot's gate FIFO, open read-write (so the command's open never waits, and a write never fails for want of a reader). */
+  private readonly gates: number[] = [];
   private slots = 0;
   private growing: Promise<void> | undefined;
   private lines = "";
@@ -183,7 +193,8 @@ export class Supervisor {
         start.launcherScript,
         "strata-launcher",
         this.argsFile,
-        ...start.cgroups,
+        // The supervisor lives in its own cgroup (under the sandbox's, whose limits hold): where `place` looks for a command at its gate.
+        ...start.cgroups.map((dir) => (dir === start.pidsCgroup ? this.cgroup : dir)),
         "--",
         ...start.launcher,
         ...bwrapArgs,
@@ -229,7 +240,7 @@ export class Supervisor {
       // Slots being made now would land in a directory being removed.
       await this.growing?.catch(() => undefined);
       if (this.argsFile) rmSync(this.argsFile, { force: true });
-      for (const fd of this.scripts.splice(0)) closeSync(fd);
+      for (const fd of [...this.scripts.splice(0), ...this.gates.splice(0)]) closeSync(fd);
       rmSync(this.control, { recursive: true, force: true, maxRetries: 3 });
       for (let n = 0; n < this.slots; n++) await this.killSlot(n);
       for (let n = 0; n < this.slots; n++) await removeCgroup(nodePath.join(this.cgroup, `s${n}`));
@@ -273,7 +284,8 @@ export class Supervisor {
         if (op === "a") {
           pending.accepted = true;
           pending.accept();
-        } else if (op === "x") pending.ended(Number(b));
+        } else if (op === "p") this.place(Number(a), Number(b), pending);
+        else if (op === "x") pending.ended(Number(b));
       }
     }
   }
@@ -282,10 +294,41 @@ export class Supervisor {
     if (!this.dead) this.child.stdin!.write(`${line}\n`);
   }
 
-  /** The host pids in slot `n`'s cgroup (empty when it has none, or is gone). */
-  private members(n: number): number[] {
+  /**
+   * Moves slot `n`'s command (`pid` inside the sandbox) into the slot's
+   * cgroup and opens its gate; kills it instead when its run is being killed
+   * already. Its host pid is found among the members of the supervisor's own
+   * cgroup, the only place a command waiting at its gate can be (nothing in
+   * the sandbox can move a process there), so a forged report can at most
+   * move the supervisor or a waiter, which ends this supervisor.
+   */
+  private place(n: number, pid: number, pending: Pending): void {
+    const host = this.members("").find((candidate) => {
+      try {
+        // NSpid: the pid in each PID namespace, ours first and the sandbox's last (one field: bwrap, outside it).
+        return /^NSpid:\s+\d+(?:\s+\d+)*\s+(\d+)$/m.exec(readFileSync(`/proc/${candidate}/status`, "utf8"))?.[1] === String(pid);
+      } catch {
+        return false;
+      }
+    });
+    if (host === undefined) return; // Gone already: its waiter reports the status.
     try {
-      return readFileSync(nodePath.join(this.cgroup, `s${n}`, "cgroup.procs"), "utf8")
+      if (pending.stopping) throw new Error("stopping");
+      writeFileSync(nodePath.join(this.cgroup, `s${n}`, "tasks"), String(host));
+      writeSync(this.gates[n]!, "go\n");
+    } catch {
+      try {
+        process.kill(host, "SIGKILL");
+      } catch {
+        // Gone meanwhile.
+      }
+    }
+  }
+
+  /** The host pids in slot `n`'s cgroup, or with "" in the supervisor's own (empty when it has none, or is gone). */
+  private members(n: number | ""): number[] {
+    try {
+      return readFileSync(nodePath.join(this.cgroup, n === "" ? "" : `s${n}`, "cgroup.procs"), "utf8")
         .split("\n")
         .filter((line) => line !== "")
         .map(Number);
@@ -323,6 +366,7 @@ export class Supervisor {
       const numbers = Array.from({ length: SLOT_BATCH }, (_, i) => first + i);
       const user = this.start.user;
       const fifos = numbers.flatMap((n) => ["i", "o", "e"].map((kind) => nodePath.join(this.control, `${kind}${n}`)));
+      const gates = numbers.map((n) => nodePath.join(this.control, `g${n}`));
       await new Promise<void>((resolve, reject) =>
         execFile("mkfifo", ["-m", user === undefined ? "0600" : "0660", ...fifos], { env: { ...LAUNCHER_ENV } }, (error) =>
           error ? reject(error) : resolve(),
@@ -331,13 +375,13 @@ export class Supervisor {
       const scripts = numbers.map((n) => nodePath.join(this.control, `s${n}`));
       // Kept open and rewritten in place: truncating on open and closing makes ext4 flush the file (2 ms).
       for (const script of scripts) this.scripts.push(openSync(script, "w", user === undefined ? 0o600 : 0o640));
-      if (user !== undefined) for (const path of [...fifos, ...scripts]) chownSync(path, 0, user.gid);
-      for (const n of numbers) {
-        const dir = nodePath.join(this.cgroup, `s${n}`);
-        mkdirSync(dir);
-        // The command joins it itself, as the sandbox user; it can write nothing else there.
-        if (user !== undefined) chownSync(nodePath.join(dir, "tasks"), user.uid, user.gid);
-      }
+      await new Promise<void>((resolve, reject) =>
+        execFile("mkfifo", ["-m", user === undefined ? "0600" : "0640", ...gates], { env: { ...LAUNCHER_ENV } }, (error) => (error ? reject(error) : resolve())),
+      );
+      // Readable by the sandbox user, writable by this process alone: only the host lets a command start.
+      for (const gate of gates) this.gates.push(openSync(gate, fsConstants.O_RDWR | fsConstants.O_NONBLOCK));
+      if (user !== undefined) for (const path of [...fifos, ...scripts, ...gates]) chownSync(path, 0, user.gid);
+      for (const n of numbers) mkdirSync(nodePath.join(this.cgroup, `s${n}`));
       this.slots += SLOT_BATCH;
       this.free.push(...numbers);
     })().finally(() => (this.growing = undefined));
@@ -369,6 +413,12 @@ export class Supervisor {
       throw new NotAccepted();
     }
     const script = Buffer.from(job.script);
+    // A gate opened for a command killed before it went through would let the next one start outside its cgroup.
+    try {
+      while (readSync(this.gates[slot]!, GATE_DRAIN) > 0);
+    } catch {
+      // EAGAIN: empty.
+    }
     writeSync(this.scripts[slot]!, script, 0, script.length, 0);
     ftruncateSync(this.scripts[slot]!, script.length);
     const open = (kind: string, flags: number) => openSync(nodePath.join(this.control, `${kind}${slot}`), flags | fsConstants.O_NONBLOCK);
@@ -416,6 +466,7 @@ export class Supervisor {
       // Until the command has ended, it may not have joined its cgroup yet: keep emptying it until then.
       const kill = () =>
         (killing ??= (async () => {
+          pending.stopping = true;
           watch();
           while (status === undefined && !this.dead) {
             await this.killSlot(slot);
@@ -425,6 +476,7 @@ export class Supervisor {
         })());
       const pending: Pending = {
         accepted: false,
+        stopping: false,
         accept: () => {
           if (input && !settled) feedStdin(job.stdin, input);
         },
@@ -479,9 +531,6 @@ export class Supervisor {
           input?.destroy();
           this.pending.delete(slot);
           if (reusable && !this.dead && this.members(slot).length === 0) this.free.push(slot);
-          // Every slot's `tasks` file is the sandbox user's (its command joins it itself), so a process can move
-          // into an idle slot's cgroup and out of its own: whatever sits in an idle slot dies when any command ends.
-          for (const idle of this.free) if (this.members(idle).length > 0) void this.killSlot(idle);
           if (this.retired && this.idle) void this.close();
         };
         if (status !== undefined || this.dead) void release();

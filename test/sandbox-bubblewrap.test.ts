@@ -305,9 +305,24 @@ describe("BubblewrapSandbox's warm supervisor", () => {
     expect((await s.execute("echo next")).output).toBe("next\n");
     // Moving into an idle slot's cgroup does not save a process either.
     const d = marker();
-    const moved = await s.execute(`sh -c 'for f in /dev/.strata/cg/s*/tasks; do echo $$ > $f 2>/dev/null && break; done; exec sleep ${d}' & sleep 0.2; echo moved`);
+    const moved = await s.execute(`sh -c 'for f in /dev/.strata/cg/s*/tasks; do { echo $$ > $f; } 2>/dev/null && break; done; exec sleep ${d}' & sleep 0.2; echo moved`);
     expect(moved.output).toBe("moved\n");
     expect(await leftovers(d)).toEqual([]);
+  });
+
+  it("a leftover cannot move into the cgroup of another command still running: it dies with its own command", async () => {
+    const s = toSeedProtocol(sandbox());
+    const e = marker();
+    // A long command holds a slot of its own while the next one leaves a process behind that tries every slot's cgroup.
+    const long = s.execute("sleep 4; echo long");
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const tried = await s.execute(
+      `sh -c 'n=0; for f in /dev/.strata/cg/s*/tasks /dev/.strata/cg/tasks; do { echo $$ > $f; } 2>/dev/null && n=$((n+1)); done; echo "joined $n" > /tmp/joined-${e}; exec sleep ${e}' & sleep 0.3; cat /tmp/joined-${e}`,
+    );
+    expect(tried.output).toBe("joined 0\n");
+    // Gone while the long command still runs, not when it ends.
+    expect(await leftovers(e, 1)).toEqual([]);
+    expect(await long).toEqual({ output: "long\n", exitCode: 0, truncated: false });
   });
 
   it("kills the whole group at the timeout, escapees included, and runs the next command", async () => {
