@@ -1,4 +1,4 @@
-import { closeSync, fstatSync, openSync, readFileSync, type Stats } from "node:fs";
+import { closeSync, type Dirent, fstatSync, openSync, readFileSync, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
 import { BaseBackend, failure, textWindow, type TextWindow, type UploadAnswer, type DownloadAnswer } from "../core/base.js";
@@ -155,7 +155,7 @@ export class FilesystemBackend extends BaseBackend {
     return this.options.useRipgrep !== false && (await ripgrepPath()) !== undefined;
   }
 
-  protected async doLs(dirPath: string): Promise<FileInfo[]> {
+  protected async doLs(dirPath: string, sizes = true): Promise<FileInfo[]> {
     const r = this.resolve(dirPath);
     try {
       const start = await this.openStart(r, false);
@@ -166,6 +166,7 @@ export class FilesystemBackend extends BaseBackend {
       }
       try {
         const entries = (await readDirAt(start.dir)).filter((entry) => !isInternalName(entry.name));
+        if (!sizes) return sortByPath(this.kindsOnly(start.dir.fd, r.path, entries));
         // One lstat per entry, synchronously in slices (Slicer: a thread-pool round trip each costs several times the call).
         const infos: FileInfo[] = [];
         const slicer = new Slicer();
@@ -635,6 +636,25 @@ export class FilesystemBackend extends BaseBackend {
   private virtualPattern(pattern: string): string {
     if (this.virtualMode || typeof pattern !== "string" || !pattern.startsWith(`${this.workspace}/`)) return pattern;
     return pattern.slice(this.workspace.length);
+  }
+
+  /**
+   * Names and kinds from the directory entries themselves (the kernel's
+   * d_type), no stat: an lstat only for an entry whose kind the filesystem
+   * does not report. A symlink is a file here, as info() makes it.
+   */
+  private kindsOnly(dirFd: number, dir: string, entries: readonly Dirent[]): FileInfo[] {
+    const infos: FileInfo[] = [];
+    for (const entry of entries) {
+      const path = joinPath(dir, entry.name);
+      if (entry.isDirectory()) infos.push({ path: `${this.outside(path)}/`, is_dir: true });
+      else if (entry.isFile() || entry.isSymbolicLink()) infos.push({ path: this.outside(path), is_dir: false });
+      else {
+        const stat = lstatAtSync(dirFd, entry.name);
+        if (stat) infos.push(stat.isDirectory() ? { path: `${this.outside(path)}/`, is_dir: true } : { path: this.outside(path), is_dir: false });
+      }
+    }
+    return infos;
   }
 
   private info(path: string, stat: Stats): FileInfo {

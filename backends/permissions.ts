@@ -226,9 +226,9 @@ export class PermissionedBackend extends BaseBackend {
 
   // ---- the driver ----
 
-  protected async doLs(path: string): Promise<FileInfo[]> {
+  protected async doLs(path: string, sizes = true): Promise<FileInfo[]> {
     await this.authorize("read", "ls", path);
-    return this.unwrap(await this.inner.ls(this.caller(path))).entries.filter(this.visibleFilter()).map(this.driverInfo);
+    return this.unwrap(await this.inner.ls(this.caller(path), sizes ? undefined : { sizes })).entries.filter(this.visibleFilter()).map(this.driverInfo);
   }
 
   protected async doReadRaw(path: string): Promise<FileData> {

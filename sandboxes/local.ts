@@ -110,9 +110,9 @@ export class LocalSandbox extends BaseSandbox {
   // Every file operation is the workspace FilesystemBackend's (real directories, atomic
   // renames, per-path locks); after close each answers `sandbox_closed`.
 
-  protected override async doLs(path: string): Promise<FileInfo[]> {
+  protected override async doLs(path: string, sizes = true): Promise<FileInfo[]> {
     this.assertOpen();
-    return unwrap(await this.files.ls(path)).entries;
+    return unwrap(await this.files.ls(path, sizes ? undefined : { sizes })).entries;
   }
 
   protected override async doRead(filePath: string, offset: number, limit: number): Promise<TextWindow> {

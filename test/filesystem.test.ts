@@ -130,6 +130,22 @@ describe("symlinks are never followed", () => {
     expect(plain[1]!.entries).toHaveLength(152);
   });
 
+  it("ls with sizes: false answers the same entries and kinds from the directory alone (no size, no time); secrets stay hidden; a wrong type is refused", async () => {
+    await fs.writeFile(path.join(root, "real", ".env"), "KEY=1");
+    await fs.mkdir(path.join(root, "real", "sub"));
+    for (const dir of ["/", "/real"]) {
+      const full = await backend.ls(dir);
+      const kinds = await backend.ls(dir, { sizes: false });
+      expect(kinds.entries).toEqual(full.entries!.map((e) => ({ path: e.path, is_dir: e.is_dir })));
+    }
+    const kinds = (await backend.ls("/real", { sizes: false })).entries!;
+    expect(kinds.map((e) => e.path)).not.toContain("/real/.env"); // the secrets preset, as for a full listing
+    expect(kinds.find((e) => e.path === "/real/sub/")?.is_dir).toBe(true);
+    expect((await backend.ls("/", { sizes: false })).entries!.find((e) => e.path === "/etc")?.is_dir).toBe(false); // a link, not what it names
+    expect((await backend.ls("/out/sub", { sizes: false })).error?.code).toBe("permission_denied");
+    expect((await backend.ls("/", { sizes: "no" as unknown as boolean })).error?.code).toBe("invalid_argument");
+  });
+
   it("cannot write, upload or delete through a symlink; writing over a link is refused; deleting a link removes only the link", async () => {
     const before = await snapshot(outside);
     expect((await seed.write("/out/new.txt", "x")).code).toBe("permission_denied");
