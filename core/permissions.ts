@@ -151,7 +151,7 @@ interface CompiledRule {
    * matcher has none: most names fail it, and it costs one test instead of
    * one per pattern.
    */
-  gate: RegExp | null;
+  gate: ((path: string) => boolean) | null;
 }
 
 /**
@@ -227,10 +227,19 @@ export class PermissionPolicy {
       }
       return action;
     };
+    // A listing's entries share their directory: its action is kept at hand, not looked up per entry.
+    let lastDir = "";
+    let lastAction: PermissionAction = "allow";
     return (path) => {
       const target = path.length > 1 && path.endsWith("/") ? path.replace(/\/+$/, "") : path;
       const own = this.verdict(operation, target, false).action;
-      return target === "/" || own === "deny" ? own : stronger(own, under(parentOf(target)));
+      if (target === "/" || own === "deny") return own;
+      const slash = target.lastIndexOf("/");
+      if (lastDir.length !== Math.max(slash, 1) || !target.startsWith(lastDir)) {
+        lastDir = parentOf(target);
+        lastAction = under(lastDir);
+      }
+      return stronger(own, lastAction);
     };
   }
 
@@ -254,10 +263,10 @@ function stronger(a: PermissionAction, b: PermissionAction): PermissionAction {
   return STRENGTH[a] >= STRENGTH[b] ? a : b;
 }
 
-function matchedPattern(matchers: Matcher[], gate: RegExp | null, path: string, ancestors: boolean): string | undefined {
+function matchedPattern(matchers: Matcher[], gate: CompiledRule["gate"], path: string, ancestors: boolean): string | undefined {
   // The path and each ancestor: a rule on a directory covers what lies under it.
   for (let p = path; ; p = parentOf(p)) {
-    if (gate === null || gate.test(p)) for (const m of matchers) if (m.test(p)) return m.pattern;
+    if (gate === null || gate(p)) for (const m of matchers) if (m.test(p)) return m.pattern;
     if (p === "/" || !ancestors) return undefined;
   }
 }
@@ -332,20 +341,42 @@ function literalEnds(pattern: string): { head: string; tail: string } {
 
 const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
 
-/**
- * What a path must look like for compilePattern's test to match it, as a
- * regular expression's source (see CompiledRule.gate), or undefined when
- * the pattern has no literal head or tail to require.
- */
-function gateSource(pattern: string, anchored: boolean): string | undefined {
+/** What a path's name must start or end with for a pattern's test to match it (a literal name: both). */
+interface Ends {
+  head: string;
+  tail: string;
+  /** The name is `head` itself. */
+  exact?: boolean;
+}
+
+/** A pattern's required ends (see CompiledRule.gate), or undefined when it requires none. */
+function requiredEnds(pattern: string, anchored: boolean): Ends | undefined {
   const body = pattern.replace(/^\/+/, "");
   if (body.includes("/")) {
+    // compilePatternOnce: a literal last segment is the name itself.
     const last = body.slice(body.lastIndexOf("/") + 1);
-    return last === "" || /[*?[\]{}\\]/.test(last) ? undefined : `${escapeRegExp(`/${last}`)}$`;
+    return last === "" || /[*?[\]{}\\]/.test(last) ? undefined : { head: last, tail: "", exact: true };
   }
   if (pattern.startsWith("/") || anchored) return undefined;
-  const { head, tail } = literalEnds(pattern);
-  return head === "" && tail === "" ? undefined : `(?:^|/)${escapeRegExp(head)}[^/]*${escapeRegExp(tail)}$`;
+  const ends = literalEnds(pattern);
+  return ends.head === "" && ends.tail === "" ? undefined : ends;
+}
+
+/**
+ * One test for every pattern's ends: the first and last characters against
+ * those any pattern needs (most names fail there), then one regular
+ * expression of them all. A pattern with a head is ruled out by the first
+ * character, one with only a tail by the last.
+ */
+function gateOf(ends: readonly Ends[]): (path: string) => boolean {
+  const firsts = new Set(ends.filter((e) => e.head !== "").map((e) => e.head.charCodeAt(0)));
+  const lasts = new Set(ends.filter((e) => e.head === "").map((e) => e.tail.charCodeAt(e.tail.length - 1)));
+  const names = new RegExp(`^(?:${ends.map((e) => (e.exact ? escapeRegExp(e.head) : `${escapeRegExp(e.head)}.*${escapeRegExp(e.tail)}`)).join("|")})$`, "s");
+  return (path) => {
+    const start = path.lastIndexOf("/") + 1;
+    if (start === path.length || !(firsts.has(path.charCodeAt(start)) || lasts.has(path.charCodeAt(path.length - 1)))) return false;
+    return names.test(start === 0 ? path : path.slice(start));
+  };
 }
 
 function compileRule(rule: PermissionRule, index: number, root: string): CompiledRule {
@@ -358,7 +389,7 @@ function compileRule(rule: PermissionRule, index: number, root: string): Compile
   }
   if (rule.name !== undefined && typeof rule.name !== "string") throw errors.invalidArgument(`${where}.name must be a string`);
   let matchers: CompiledRule["matchers"] = null;
-  let gates: Array<string | undefined> = [];
+  let gates: Array<Ends | undefined> = [];
   if (rule.paths !== undefined) {
     const patterns = typeof rule.paths === "string" ? [rule.paths] : rule.paths;
     if (!Array.isArray(patterns) || patterns.some((p) => typeof p !== "string")) throw errors.invalidArgument(`${where}.paths must be a glob or an array of globs`);
@@ -366,11 +397,11 @@ function compileRule(rule: PermissionRule, index: number, root: string): Compile
     for (const pattern of patterns as string[]) {
       try {
         matchers.push({ pattern, test: compilePattern(pattern, root) });
-        gates.push(gateSource(pattern, false));
+        gates.push(requiredEnds(pattern, false));
         // `dir/**` covers `dir` itself.
         if (pattern.endsWith("/**") && pattern.length > 3) {
           matchers.push({ pattern, test: compilePattern(pattern.slice(0, -3), root, true) });
-          gates.push(gateSource(pattern.slice(0, -3), true));
+          gates.push(requiredEnds(pattern.slice(0, -3), true));
         }
       } catch (error) {
         throw errors.invalidArgument(`${where}.paths: ${error instanceof StrataError ? error.message : "invalid glob"}`);
@@ -378,7 +409,7 @@ function compileRule(rule: PermissionRule, index: number, root: string): Compile
     }
   }
   if (gates.length === 0 || gates.includes(undefined)) gates = [];
-  return { rule, operations: new Set(ops as PermissionOperation[]), matchers, gate: gates.length === 0 ? null : new RegExp(gates.join("|")) };
+  return { rule, operations: new Set(ops as PermissionOperation[]), matchers, gate: gates.length === 0 ? null : gateOf(gates as Ends[]) };
 }
 
 /**

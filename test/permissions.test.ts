@@ -91,12 +91,13 @@ describe("PermissionPolicy's literal gate", () => {
   it("answers the same verdicts as the patterns alone, regex characters in literals included", () => {
     const rules: PermissionRule[] = [
       ...SECRETS_PRESET,
-      { action: "ask", operations: ["read", "write"], paths: ["/docs/**", "*.draft", "a+b*", "$HOME*", "(x)*.txt", "**/.cfg/se.cret", "^x*"] },
+      { action: "ask", operations: ["read", "write"], paths: ["*.draft", "a+b*", "$HOME*", "(x)*.txt", "**/.cfg/se.cret", "^x*", "m*m", "n*"] },
+      { action: "ask", operations: "write", paths: "/docs/**" },
       { action: "deny", operations: "read", paths: ["deep/**/hidden", "*.p|q"] },
     ];
     // A pattern with neither a literal head nor a tail (and matching none of these names) leaves its rule ungated.
     const ungated = rules.map((rule) => ({ ...rule, paths: [...(typeof rule.paths === "string" ? [rule.paths] : (rule.paths ?? [])), "[q][q][q]"] }));
-    const names = [".env", "id_rsa.pub", "key.pem", "kEY.PEM", "a+b.ts", "aab", "$HOME.txt", "HOME", "(x)1.txt", "x1.txt", "se.cret", "seXcret", "^xy", "xy", "a.p|q", "a.pq", "hidden", "config", "plain.ts"];
+    const names = [".env", "id_rsa.pub", "key.pem", "kEY.PEM", "a+b.ts", "aab", "$HOME.txt", "HOME", "(x)1.txt", "x1.txt", "se.cret", "seXcret", "^xy", "xy", "a.p|q", "a.pq", "hidden", "config", "plain.ts", "m", "mm", "mam", "ma", "n", "n\nm"];
     const dirs = ["", "/docs", "/deep/x", "/.cfg", "/home/.aws", "/p/.git", "/src"];
     for (const root of ["/", "/workspace"]) {
       const gated = new PermissionPolicy(rules, root);

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { printable } from "../core/errors.js";
-import { parentOf } from "../core/paths.js";
+import { isWithin, parentOf } from "../core/paths.js";
 import { ToolFailure, defineTool, ok, orFail } from "./define.js";
 import { canonicalPath } from "./paths.js";
 
@@ -18,21 +18,23 @@ export const ls = defineTool({
     const path = input.path ?? session.root;
     const sizes = input.sizes ?? true;
     const listing = orFail(await session.backend.ls(path, sizes ? undefined : { sizes }));
-    // Evicted results are tool artefacts: hidden unless their directory is what is listed.
-    const listsEvicted = session.isEvicted(canonicalPath(session, path));
+    // Evicted results are tool artefacts: hidden unless their directory is what is listed. Only a
+    // directory holding the eviction directory (or inside it) can list one.
+    const canonical = canonicalPath(session, path);
+    const listsEvicted = session.isEvicted(canonical);
+    const mayHide = !listsEvicted && isWithin(canonical, session.evictionDir);
     const strataDir = parentOf(session.evictionDir);
     let hideStrataDir = false;
-    if (!listsEvicted && listing.entries.some((entry) => entry.path === `${strataDir}/`)) {
+    if (mayHide && listing.entries.some((entry) => entry.path === `${strataDir}/`)) {
       // `.strata/` holding nothing but evicted results is noise too.
       const inside = await session.backend.ls(strataDir, { sizes: false });
       hideStrataDir = !inside.error && inside.entries.every((entry) => session.isEvicted(entry.path.replace(/(.)\/$/, "$1")));
     }
     const shown = (entry: { path: string }) => {
-      if (listsEvicted) return true;
       const bare = entry.path.replace(/(.)\/$/, "$1");
       return !session.isEvicted(bare) && !(hideStrataDir && bare === strataDir);
     };
-    const entries = listing.entries.filter(shown);
+    const entries = mayHide ? listing.entries.filter(shown) : listing.entries;
     if (entries.length === 0) {
       // A missing directory lists as empty in the native API; the model should hear which it is.
       const stat = await session.backend.stat(path);
