@@ -322,6 +322,27 @@ describe("atomic writes", () => {
     expect(await fs.readdir(root)).toEqual(["big.txt"]);
   });
 
+  it("an edit of a small file never overwrites a change another program makes meanwhile (fsync on and off); it lands, or answers conflict or no_match", async () => {
+    for (const fsync of [true, false]) {
+      const subject = new FilesystemBackend({ workspace: root, fsync });
+      const outcomes = new Set<string>();
+      for (let round = 0; round < 150; round++) {
+        const host = path.join(root, "small.txt");
+        await fs.writeFile(host, `v${round} head\n`);
+        const edit = subject.edit("/small.txt", "head", "edited");
+        // Another program writes at some point during the edit (a different size, so the check sees it even within one mtime tick).
+        await new Promise((resolve) => (round % 3 === 0 ? resolve(undefined) : round % 3 === 1 ? setImmediate(resolve) : setTimeout(resolve, 0)));
+        await fs.writeFile(host, `foreign ${round}\n`);
+        const result = await edit;
+        outcomes.add(result.error?.code ?? "ok");
+        expect(["ok", "conflict", "no_match"], `round ${round}: ${result.error?.message}`).toContain(result.error?.code ?? "ok");
+        expect(await fs.readFile(host, "utf8"), `fsync ${fsync}, round ${round}`).toBe(`foreign ${round}\n`);
+      }
+      expect(outcomes.has("ok") || outcomes.has("conflict")).toBe(true);
+    }
+    expect((await fs.readdir(root)).filter((name) => name.startsWith(".strata-"))).toEqual([]);
+  });
+
   it("edit and overwrite keep the file's permission bits", async () => {
     await seed.write("/script.sh", "echo one\n");
     await fs.chmod(path.join(root, "script.sh"), 0o750);
