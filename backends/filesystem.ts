@@ -268,17 +268,17 @@ export class FilesystemBackend extends BaseBackend {
   }
 
   /**
-   * The edit of a small file with no quota to keep, in its turn as mutate()
+   * The edit of a small file, in its turn as mutate()
    * runs one, each step a synchronous call but the fsync: the lock file, the
    * read, the temp file, the check that the file is still the one read, the
    * rename; the same guarantees as the general path without a thread-pool
    * round trip per step (a dozen of them, most of an edit's time).
    * Undefined when the general path should do it: the root not resolved
-   * yet, a quota, the lock held by another writer, or a file that is not a
+   * yet, the lock held by another writer, or a file that is not a
    * small regular file (whose exact error that path answers).
    */
   private async editSmall(r: Resolved, oldString: string, newString: string, replaceAll: boolean): Promise<number | undefined> {
-    if (this.hostRootPath === undefined || this.quota !== undefined || r.segments.length === 0) return undefined;
+    if (this.hostRootPath === undefined || r.segments.length === 0) return undefined;
     const hostRoot = this.hostRootPath;
     return pathTurns.run(`${this.workspace}\0${r.path}`, async () => {
       let dir: number;
@@ -300,16 +300,18 @@ export class FilesystemBackend extends BaseBackend {
         const bytes = encodeText(edited.text);
         this.checkSize(r.shown, bytes.length);
         const before = read.stat;
-        await replaceAtomicAtFd(dir, name, bytes, {
-          mode: before.mode & 0o777,
-          fsync: this.options.fsync,
-          // A writer that is not Strata takes no lock: make sure the file is still the one read.
-          beforeReplace: () => {
-            const now = lstatAtSync(dir, name);
-            const same = now && now.ino === before.ino && now.size === before.size && now.mtimeMs === before.mtimeMs && now.ctimeMs === before.ctimeMs;
-            if (!same) throw errors.conflict(r.shown, "another program changed it");
-          },
-        });
+        await this.withinQuota(r.shown, { bytes: bytes.length - before.size, files: 0 }, () =>
+          replaceAtomicAtFd(dir, name, bytes, {
+            mode: before.mode & 0o777,
+            fsync: this.options.fsync,
+            // A writer that is not Strata takes no lock: make sure the file is still the one read.
+            beforeReplace: () => {
+              const now = lstatAtSync(dir, name);
+              const same = now && now.ino === before.ino && now.size === before.size && now.mtimeMs === before.mtimeMs && now.ctimeMs === before.ctimeMs;
+              if (!same) throw errors.conflict(r.shown, "another program changed it");
+            },
+          }),
+        );
         return edited.occurrences;
       } finally {
         release?.();
