@@ -17,7 +17,7 @@ import type { GrepResult, WriteResult } from "../core/types.js";
 import { guarded } from "./permissions.js";
 import { grepFile, type Needle, readWindow, ripgrepCandidates, ripgrepPath, WHOLE_FILE_LIMIT } from "./filesystem-text.js";
 import { at, errno, isInternalName, lstatAt, lstatAtSync, lstatNamesSync, openDirAt, openDirPath, openDirPathSync, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
-import { DIR_FLAGS, DirCursor, readDirAt, removeAt, replaceAtomicAtFd, Slicer, tryFileLockSync, walkFiles, writeAtomicAt } from "./safe-fs.js";
+import { DIR_FLAGS, DirCursor, readDirFast, removeAt, replaceAtomicAtFd, Slicer, tryFileLockSync, walkFiles, writeAtomicAt } from "./safe-fs.js";
 
 export interface FilesystemBackendOptions {
   /** The workspace: the host directory holding the files; created if missing. */
@@ -99,6 +99,7 @@ type FileVisitor = (dirFd: number, name: string, path: string) => void | Promise
 
 /** Where a search starts: a directory (handle owned by the caller) or a single file. */
 type SearchStart = { dir: FileHandle } | { parent: FileHandle; name: string; stat: Stats } | undefined;
+type ListStart = { fd: number; close: () => Promise<void> } | { stat: Stats } | undefined;
 
 /**
  * Every change of a path takes its turn here first (backends over one root
@@ -158,21 +159,18 @@ export class FilesystemBackend extends BaseBackend {
   protected async doLs(dirPath: string, sizes = true): Promise<FileInfo[]> {
     const r = this.resolve(dirPath);
     try {
-      const start = await this.openStart(r, false);
+      const start = this.listStartSync(r) ?? (await this.listStart(r));
       if (start === undefined) return [];
-      if (!("dir" in start)) {
-        await start.parent.close();
-        return [this.info(r.path, start.stat)];
-      }
+      if ("stat" in start) return [this.info(r.path, start.stat)];
       try {
-        const entries = (await readDirAt(start.dir)).filter((entry) => !isInternalName(entry.name));
-        if (!sizes) return sortByPath(this.kindsOnly(start.dir.fd, r.path, entries));
+        const entries = (await readDirFast(start.fd)).filter((entry) => !isInternalName(entry.name));
+        if (!sizes) return sortByPath(this.kindsOnly(start.fd, r.path, entries));
         // One lstat per entry, synchronously in slices (Slicer: a thread-pool round trip each costs several times the call).
         const infos: FileInfo[] = [];
         const slicer = new Slicer();
         for (let i = 0; i < entries.length; i += LSTAT_CHUNK) {
           const names = entries.slice(i, i + LSTAT_CHUNK).map((entry) => entry.name);
-          const stats = lstatNamesSync(start.dir.fd, names);
+          const stats = lstatNamesSync(start.fd, names);
           names.forEach((name, k) => {
             const stat = stats[k];
             if (stat) infos.push(this.info(joinPath(r.path, name), stat));
@@ -182,10 +180,46 @@ export class FilesystemBackend extends BaseBackend {
         }
         return sortByPath(infos);
       } finally {
-        await start.dir.close();
+        await start.close();
       }
     } catch (error) {
       throw fsError(error, r.shown);
+    }
+  }
+
+  /** What ls lists: the directory open (an fd, and how to close it), else what is there instead, else undefined when nothing is. */
+  private async listStart(r: Resolved): Promise<ListStart> {
+    const start = await this.openStart(r, false);
+    if (start === undefined) return undefined;
+    if ("dir" in start) return { fd: start.dir.fd, close: () => start.dir.close() };
+    await start.parent.close();
+    return { stat: start.stat };
+  }
+
+  /**
+   * listStart with synchronous opens (a listing's few opens and stats are
+   * each far cheaper than a thread-pool round trip); null when the root is
+   * not resolved yet or anything fails, for listStart to answer (its exact error).
+   */
+  private listStartSync(r: Resolved): ListStart | null {
+    if (this.hostRootPath === undefined) return null;
+    let parent: number | undefined;
+    try {
+      if (r.segments.length === 0) {
+        const fd = openSync(this.hostRootPath, DIR_FLAGS);
+        return { fd, close: async () => closeSync(fd) };
+      }
+      parent = openDirPathSync(this.hostRootPath, r.segments.slice(0, -1));
+      const name = r.segments.at(-1)!;
+      const stat = lstatAtSync(parent, name);
+      if (!stat) return null;
+      if (!stat.isDirectory()) return { stat };
+      const fd = openSync(at(parent, name), DIR_FLAGS);
+      return { fd, close: async () => closeSync(fd) };
+    } catch {
+      return null;
+    } finally {
+      if (parent !== undefined) closeSync(parent);
     }
   }
 

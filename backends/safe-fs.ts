@@ -20,7 +20,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { isMainThread } from "node:worker_threads";
-import { closeSync, constants, fchmodSync, fsync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, unlinkSync, writeSync, type Dirent, type Stats } from "node:fs";
+import { closeSync, constants, fchmodSync, fstatSync, fsync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, unlinkSync, writeSync, type Dirent, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import { isReservedName } from "../core/paths.js";
 
@@ -225,6 +225,21 @@ export function lstatNamesSync(dirFd: number, names: readonly string[]): Array<S
   } finally {
     closeSync(home);
   }
+}
+
+/** Directories up to this size (st_size: about 9,000 entries on ext4, 4 ms) are read synchronously. */
+const SYNC_DIR_BYTES = 256 * 1024;
+
+/**
+ * The entries of the directory `dirFd`, sorted by name (libuv's scandir
+ * sorts them). A small directory is read synchronously: the read costs
+ * about what a thread-pool round trip alone does on a busy machine, and
+ * blocks the event loop for a few milliseconds at most. A larger one is
+ * read on the thread pool, so no call stalls the others for long.
+ */
+export function readDirFast(dirFd: number): Dirent[] | Promise<Dirent[]> {
+  if (fstatSync(dirFd).size <= SYNC_DIR_BYTES) return readdirSync(at(dirFd), { withFileTypes: true });
+  return fs.readdir(at(dirFd), { withFileTypes: true });
 }
 
 export function readDirAt(dir: FileHandle): Promise<Dirent[]> {

@@ -114,19 +114,35 @@ export const mcpGroup: BenchGroup = {
       });
 
       ctx.log("MCP: list a directory");
+      const entries = fileCount / 20 + 1;
       results.push(
         await compare({
           ...common,
           ...pair(
-            `list a ${fileCount / 20 + 1}-entry directory of a ${label}`,
-            async () => countLines(await call(strata, "ls", { path: "/pkg0" })),
+            `list a ${entries}-entry directory of a ${label}: names and kinds`,
+            async () => countLines(await call(strata, "ls", { path: "/pkg0", sizes: false })),
             async () => countLines(await call(peer, "list_directory", { path: join(tree, "pkg0") })),
           ),
-          peers: [
-            { name: PEER, run: async () => countLines(await call(peer, "list_directory", { path: join(tree, "pkg0") })) },
-            { name: `${PEER}, list_directory_with_sizes`, run: async () => countLines(await call(peer, "list_directory_with_sizes", { path: join(tree, "pkg0") })) },
+          notes: [
+            note,
+            "Both answer each entry's name and whether it is a directory, from the directory alone (no stat per entry): Strata's `ls` with `sizes: false` (full paths, sorted, the secrets preset's names left out), the peer's `list_directory` (`[FILE]`/`[DIR]` and the name, in directory order, also repeated as structuredContent).",
           ],
-          notes: [note, "Strata's ls answers each file's size, as the peer's list_directory_with_sizes does (a stat per entry); the peer's list_directory answers names only, with no stat."],
+        }),
+      );
+      results.push(
+        await compare({
+          ...common,
+          ...pair(
+            `list a ${entries}-entry directory of a ${label}: with sizes`,
+            async () => countLines(await call(strata, "ls", { path: "/pkg0" })),
+            async () => countLines(await call(peer, "list_directory_with_sizes", { path: join(tree, "pkg0") })),
+          ),
+          peers: [{ name: `${PEER}, list_directory_with_sizes`, run: async () => countLines(await call(peer, "list_directory_with_sizes", { path: join(tree, "pkg0") })) - 3 }],
+          target: { ...FASTER, peer: `${PEER}, list_directory_with_sizes` },
+          notes: [
+            note,
+            "Both stat every entry for its size: Strata's default `ls` (each file's size in bytes), the peer's `list_directory_with_sizes` (sizes, then three lines of totals, not counted).",
+          ],
         }),
       );
 
