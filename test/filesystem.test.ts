@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from "node:child_process";
-import { constants } from "node:fs";
+import { constants, writeFileSync } from "node:fs";
 import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -322,7 +322,7 @@ describe("atomic writes", () => {
     expect(await fs.readdir(root)).toEqual(["big.txt"]);
   });
 
-  it("an edit of a small file never overwrites a change another program makes meanwhile (fsync on and off); it lands, or answers conflict or no_match", async () => {
+  it("an edit of a small file never overwrites a change another program made before it checks (fsync on and off); it lands, or answers conflict or no_match", async () => {
     for (const fsync of [true, false]) {
       const subject = new FilesystemBackend({ workspace: root, fsync });
       const outcomes = new Set<string>();
@@ -330,9 +330,10 @@ describe("atomic writes", () => {
         const host = path.join(root, "small.txt");
         await fs.writeFile(host, `v${round} head\n`);
         const edit = subject.edit("/small.txt", "head", "edited");
-        // Another program writes at some point during the edit (a different size, so the check sees it even within one mtime tick).
+        // Another program writes at some point during the edit (a different size, so the check sees it even within one
+        // mtime tick), all at once: a write still under way while the edit checks and renames is the window no check closes.
         await new Promise((resolve) => (round % 3 === 0 ? resolve(undefined) : round % 3 === 1 ? setImmediate(resolve) : setTimeout(resolve, 0)));
-        await fs.writeFile(host, `foreign ${round}\n`);
+        writeFileSync(host, `foreign ${round}\n`);
         const result = await edit;
         outcomes.add(result.error?.code ?? "ok");
         expect(["ok", "conflict", "no_match"], `round ${round}: ${result.error?.message}`).toContain(result.error?.code ?? "ok");
