@@ -106,6 +106,7 @@ export {
   type Listing,
   type MkdirOptions,
   type Moved,
+  type LsOptions,
   type OperationOptions,
   type Quota,
   type ReadContent,

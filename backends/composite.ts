@@ -101,13 +101,13 @@ export class CompositeBackend extends BaseBackend implements Sandbox {
     return this.target(path).prefix === t.prefix;
   }
 
-  protected async doLs(dirPath: string): Promise<FileInfo[]> {
+  protected async doLs(dirPath: string, sizes = true): Promise<FileInfo[]> {
     const dir = normalizePath(dirPath);
     const t = this.target(dir);
     const listed =
       t.prefix === undefined && this.aboveDefault(dir)
         ? [{ path: `${joinPath(dir, relativeTo(dir, this.defaultRoot).split("/")[0]!)}/`, is_dir: true }]
-        : this.unwrap(t, await t.backend.ls(t.inner)).entries;
+        : this.unwrap(t, await t.backend.ls(t.inner, sizes ? undefined : { sizes })).entries;
     const entries = new Map<string, FileInfo>();
     for (const info of listed) {
       const path = outer(t.prefix, info.path);

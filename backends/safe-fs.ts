@@ -20,7 +20,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { isMainThread } from "node:worker_threads";
-import { closeSync, constants, lstatSync, mkdirSync, openSync, readdirSync, rmdirSync, unlinkSync, type Dirent, type Stats } from "node:fs";
+import { closeSync, constants, fchmodSync, fstatSync, fsync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, unlinkSync, writeSync, type Dirent, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import { isReservedName } from "../core/paths.js";
 
@@ -227,6 +227,21 @@ export function lstatNamesSync(dirFd: number, names: readonly string[]): Array<S
   }
 }
 
+/** Directories up to this size (st_size: about 9,000 entries on ext4, 4 ms) are read synchronously. */
+const SYNC_DIR_BYTES = 256 * 1024;
+
+/**
+ * The entries of the directory `dirFd`, sorted by name (libuv's scandir
+ * sorts them). A small directory is read synchronously: the read costs
+ * about what a thread-pool round trip alone does on a busy machine, and
+ * blocks the event loop for a few milliseconds at most. A larger one is
+ * read on the thread pool, so no call stalls the others for long.
+ */
+export function readDirFast(dirFd: number): Dirent[] | Promise<Dirent[]> {
+  if (fstatSync(dirFd).size <= SYNC_DIR_BYTES) return readdirSync(at(dirFd), { withFileTypes: true });
+  return fs.readdir(at(dirFd), { withFileTypes: true });
+}
+
 export function readDirAt(dir: FileHandle): Promise<Dirent[]> {
   return fs.readdir(at(dir), { withFileTypes: true });
 }
@@ -268,6 +283,70 @@ export async function writeAtomicAt(dir: FileHandle, name: string, bytes: Uint8A
   } finally {
     // After a rename the temp name is gone already; after a link or a failure it must go.
     if (!renamed) await fs.unlink(at(dir, temp)).catch(() => undefined);
+  }
+}
+
+/**
+ * The lock file of `name` in the directory `dirFd`, taken at once
+ * (synchronously, as withFileLock takes it) or not at all: undefined when it
+ * is held, by a live holder or an abandoned one, for withFileLock to wait on
+ * or break. Answers the release.
+ */
+export function tryFileLockSync(dirFd: number, name: string): (() => void) | undefined {
+  const lock = at(dirFd, lockName(name));
+  let fd: number;
+  try {
+    fd = openSync(lock, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o644);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") return undefined;
+    throw error;
+  }
+  try {
+    writeAll(fd, Buffer.from(JSON.stringify({ pid: process.pid, host: thisHost, time: Date.now() } satisfies LockOwner)));
+  } catch (error) {
+    closeSync(fd);
+    unlinkSafely(lock);
+    throw error;
+  }
+  closeSync(fd);
+  return () => unlinkSafely(lock);
+}
+
+function unlinkSafely(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch {
+    // Gone already (broken as stale by another writer): nothing to release.
+  }
+}
+
+function writeAll(fd: number, bytes: Uint8Array): void {
+  for (let at = 0; at < bytes.length; ) at += writeSync(fd, bytes, at, bytes.length - at);
+}
+
+/**
+ * writeAtomicAt through a directory fd, each step a synchronous call but
+ * the fsync (which waits on the disk, so it leaves the event loop free):
+ * the same temp file, fsync, check and rename, without a thread-pool round
+ * trip per step. For small files (see Slicer on what a round trip costs).
+ */
+export async function replaceAtomicAtFd(dirFd: number, name: string, bytes: Uint8Array, options: Omit<AtomicWriteOptions, "overwrite" | "beforeReplace"> & { beforeReplace?: () => void }): Promise<void> {
+  const temp = at(dirFd, `${TEMP_PREFIX}${randomBytes(8).toString("hex")}`);
+  const fd = openSync(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o666);
+  let renamed = false;
+  try {
+    try {
+      writeAll(fd, bytes);
+      if (options.mode !== undefined) fchmodSync(fd, options.mode);
+      if (options.fsync !== false) await new Promise<void>((resolve, reject) => fsync(fd, (error) => (error ? reject(error) : resolve())));
+    } finally {
+      closeSync(fd);
+    }
+    options.beforeReplace?.();
+    renameSync(temp, at(dirFd, name));
+    renamed = true;
+  } finally {
+    if (!renamed) unlinkSafely(temp);
   }
 }
 

@@ -14,6 +14,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { generatedTree, TREE_NEEDLE } from "./filesystem.js";
 import { type BenchGroup, type CaseResult, type Contender, type GroupContext, compare, countLines } from "./harness.js";
+import { bundleCli } from "../scripts/bundle-cli.js";
 import { transpile } from "./imports.js";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -29,12 +30,12 @@ interface Served {
   args: string[];
 }
 
-/** The `strata` command as the package installs it (built JavaScript, as `npx strata` runs it). */
+/** The `strata` command as the package installs it (the bundled bin scripts/bundle-cli.ts builds, as `npx strata` runs it). */
 let strataBin = "";
 
-function strataServer(tree: string): Served {
+function strataServer(tree: string, ...extra: string[]): Served {
   // The peer answers everything in one message: so does Strata here (no output budget, nothing evicted into the tree).
-  const args = [strataBin, "mcp", "--root", tree, "--no-execute", "--no-memories", "--max-output-chars", "1000000000"];
+  const args = [strataBin, "mcp", "--root", tree, "--no-execute", "--no-memories", "--max-output-chars", "1000000000", ...extra];
   return { command: process.execPath, args };
 }
 
@@ -70,10 +71,11 @@ export const mcpGroup: BenchGroup = {
     const fileCount = ctx.quick ? 5_000 : 50_000;
     const label = `${fileCount / 1000}k-file tree`;
     const tree = await generatedTree(ctx, fileCount);
-    ctx.log("MCP: building Strata's command (the package's JavaScript, as users run it)");
+    ctx.log("MCP: building Strata's command (the package's JavaScript, as npm run build makes it: the bundled bin)");
     const build = join(ctx.cacheDir, "mcp-build");
     await transpile(build, ["cli", "mcp", "tools", "core", "backends", "stores", "sandboxes", "runtime", "adapters"]);
     cpSync(join(ROOT, "runtime", "cold-start.json"), join(build, "runtime", "cold-start.json"));
+    await bundleCli(build);
     strataBin = join(build, "cli", "strata.js");
     const common = { group: this.name, reps: ctx.reps };
     const results: CaseResult[] = [];
@@ -114,19 +116,35 @@ export const mcpGroup: BenchGroup = {
       });
 
       ctx.log("MCP: list a directory");
+      const entries = fileCount / 20 + 1;
       results.push(
         await compare({
           ...common,
           ...pair(
-            `list a ${fileCount / 20 + 1}-entry directory of a ${label}`,
-            async () => countLines(await call(strata, "ls", { path: "/pkg0" })),
+            `list a ${entries}-entry directory of a ${label}: names and kinds`,
+            async () => countLines(await call(strata, "ls", { path: "/pkg0", sizes: false })),
             async () => countLines(await call(peer, "list_directory", { path: join(tree, "pkg0") })),
           ),
-          peers: [
-            { name: PEER, run: async () => countLines(await call(peer, "list_directory", { path: join(tree, "pkg0") })) },
-            { name: `${PEER}, list_directory_with_sizes`, run: async () => countLines(await call(peer, "list_directory_with_sizes", { path: join(tree, "pkg0") })) },
+          notes: [
+            note,
+            "Both answer each entry's name and whether it is a directory, from the directory alone (no stat per entry): Strata's `ls` with `sizes: false` (full paths, sorted, the secrets preset's names left out), the peer's `list_directory` (`[FILE]`/`[DIR]` and the name, in directory order, also repeated as structuredContent).",
           ],
-          notes: [note, "Strata's ls answers each file's size, as the peer's list_directory_with_sizes does (a stat per entry); the peer's list_directory answers names only, with no stat."],
+        }),
+      );
+      results.push(
+        await compare({
+          ...common,
+          ...pair(
+            `list a ${entries}-entry directory of a ${label}: with sizes`,
+            async () => countLines(await call(strata, "ls", { path: "/pkg0" })),
+            async () => countLines(await call(peer, "list_directory_with_sizes", { path: join(tree, "pkg0") })),
+          ),
+          peers: [{ name: `${PEER}, list_directory_with_sizes`, run: async () => countLines(await call(peer, "list_directory_with_sizes", { path: join(tree, "pkg0") })) - 3 }],
+          target: { ...FASTER, peer: `${PEER}, list_directory_with_sizes` },
+          notes: [
+            note,
+            "Both stat every entry for its size: Strata's default `ls` (each file's size in bytes), the peer's `list_directory_with_sizes` (sizes, then three lines of totals, not counted).",
+          ],
         }),
       );
 
@@ -174,7 +192,7 @@ export const mcpGroup: BenchGroup = {
       );
 
       ctx.log("MCP: edit a file");
-      // Each server edits its own file (3 and 6 of the tree): each run flips one line, the next flips it back.
+      // Each server edits its own file (3, 6 and 9 of the tree): each run flips one line, the next flips it back.
       const flipper = (n: number, edit: (path: string, from: string, to: string) => Promise<unknown>) => {
         let flipped = false;
         return async () => {
@@ -184,8 +202,14 @@ export const mcpGroup: BenchGroup = {
           return 1;
         };
       };
-      const originals = [3, 6].map((n) => [join(tree, treeFile(n)), readFileSync(join(tree, treeFile(n)), "utf8")] as const);
-      await call(strata, "read_file", { file_path: `/${treeFile(3)}` }); // the stale-file guard wants a read first
+      const originals = [3, 6, 9].map((n) => [join(tree, treeFile(n)), readFileSync(join(tree, treeFile(n)), "utf8")] as const);
+      const unsynced = await connect(strataServer(tree, "--no-fsync"));
+      // The stale-file guard wants a read first.
+      await call(strata, "read_file", { file_path: `/${treeFile(3)}` });
+      await call(unsynced, "read_file", { file_path: `/${treeFile(9)}` });
+      const peerEdit = flipper(6, (path, from, to) => call(peer, "edit_file", { path: join(tree, path), edits: [{ oldText: from, newText: to }] }));
+      const guarantees =
+        "Both answer a unified diff and replace the file atomically (a temp file renamed over it); Strata's edit also checks, right before the rename, that the file is still the one it read (compare-and-swap: another program's change is never overwritten), and its stale-file guard refuses an edit of a file changed since the model read it.";
       try {
         results.push(
           await compare({
@@ -193,12 +217,24 @@ export const mcpGroup: BenchGroup = {
             ...pair(
               "edit a file (one replacement, answered with its diff)",
               flipper(3, (path, from, to) => call(strata, "edit_file", { file_path: `/${path}`, old_string: from, new_string: to })),
-              flipper(6, (path, from, to) => call(peer, "edit_file", { path: join(tree, path), edits: [{ oldText: from, newText: to }] })),
+              peerEdit,
             ),
-            notes: [note, "Both answer a unified diff; Strata's write is atomic and fsynced, and checks the file is still the one read."],
+            notes: [note, guarantees, "Strata as it runs by default: the new content is fsynced before the rename (durable across a power cut); the peer does not fsync."],
+          }),
+        );
+        results.push(
+          await compare({
+            ...common,
+            ...pair(
+              "edit a file, same durability (`strata mcp --no-fsync`)",
+              flipper(9, (path, from, to) => call(unsynced, "edit_file", { file_path: `/${path}`, old_string: from, new_string: to })),
+              peerEdit,
+            ),
+            notes: [note, guarantees, "Neither fsyncs: atomic for readers, not durable across a power cut."],
           }),
         );
       } finally {
+        await unsynced.close();
         for (const [path, text] of originals) writeFileSync(path, text);
       }
     } finally {

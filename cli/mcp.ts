@@ -30,6 +30,7 @@ const configSchema = z.strictObject({
   execute: z.boolean().optional(),
   memories: z.boolean().optional(),
   overlay: z.boolean().optional(),
+  fsync: z.boolean().optional(),
   routes: z.record(z.string(), z.string()).optional(),
   http: z.boolean().optional(),
   host: z.string().optional(),
@@ -57,6 +58,7 @@ interface McpFlags {
   execute?: boolean;
   memories?: boolean;
   overlay?: boolean;
+  fsync?: boolean;
   maxOutputChars?: number;
   permissions?: string;
 }
@@ -118,6 +120,7 @@ export function mcpCommand(): Command {
     )
     .option("--no-execute", "offer no shell")
     .option("--no-memories", "do not mount /memories")
+    .option("--no-fsync", "write the directory's files without fsync: still atomic for readers (temp file, rename), but a power cut may lose the newest writes; faster edits and writes")
     .option("--overlay", "serve the directory through an overlay: changes (the shell's too, run on a scratch copy) wait in .strata/overlay.db for `strata diff`, `strata commit` or `strata discard`")
     .action(async (flags: McpFlags, command: Command) => {
       // This process is the server alone, all of its paths absolute: listings may borrow its cwd (see lstatNamesSync).
@@ -137,6 +140,7 @@ export function mcpCommand(): Command {
         execute: pick("execute") ?? true,
         memories: pick("memories") ?? true,
         overlay: pick("overlay") ?? false,
+        fsync: pick("fsync") ?? true,
         routes,
       };
       const token = flags.token ?? process.env.STRATA_MCP_TOKEN;

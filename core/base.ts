@@ -101,7 +101,8 @@ const NO_PATH = Symbol("no path");
  */
 export abstract class BaseBackend implements Backend {
   // ---- the driver: what each backend implements (paths as the caller gave them) ----
-  protected abstract doLs(path: string): Promise<FileInfo[]>;
+  /** `sizes` false: names and kinds are enough (see LsOptions); a driver may ignore it. */
+  protected abstract doLs(path: string, sizes?: boolean): Promise<FileInfo[]>;
   protected abstract doReadRaw(path: string): Promise<FileData>;
   protected abstract doWrite(path: string, content: string, overwrite: boolean): Promise<WriteResult>;
   protected abstract doEdit(path: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult>;
@@ -352,7 +353,7 @@ export abstract class BaseBackend implements Backend {
 
   /** With no path: the start of the backend's path space (a sandbox's workspace). */
   ls(path?: unknown, options?: unknown): Promise<Result<Listing>> {
-    return this.answer(path === undefined ? NO_PATH : path, options, true, async (p) => ({ entries: await this.doLs(p) }), (v) => ({ entries: v.entries.map(this.callerInfo) }));
+    return this.answer(path === undefined ? NO_PATH : path, options, true, async (p, o) => ({ entries: await this.doLs(p, o.sizes === undefined || flag(o, "sizes")) }), (v) => ({ entries: v.entries.map(this.callerInfo) }));
   }
 
   read(path: unknown, options?: unknown): Promise<Result<ReadContent>> {

@@ -47,6 +47,7 @@ export type {
   Listing,
   MkdirOptions,
   Moved,
+  LsOptions,
   OperationOptions,
   ReadContent,
   ReadOptions,

@@ -138,10 +138,20 @@ export function askScopeOf(options: unknown): object | undefined {
 
 const STRENGTH: Record<PermissionAction, number> = { allow: 0, ask: 1, deny: 2 };
 
+/** The verdict when no rule matches (shared: a listing checks thousands of paths). */
+const ALLOWED: PermissionVerdict = Object.freeze({ action: "allow" });
+
 interface CompiledRule {
   rule: PermissionRule;
   operations: ReadonlySet<PermissionOperation>;
   matchers: Matcher[] | null;
+  /**
+   * A test every path one of the matchers matches also passes (their
+   * literal heads and tails, in one regular expression), or null when some
+   * matcher has none: most names fail it, and it costs one test instead of
+   * one per pattern.
+   */
+  gate: ((path: string) => boolean) | null;
 }
 
 /**
@@ -185,12 +195,12 @@ export class PermissionPolicy {
   }
 
   private verdict(operation: PermissionOperation, path: string, ancestors: boolean): PermissionVerdict {
-    const target = path.length > 1 ? path.replace(/\/+$/, "") : path;
-    let best: PermissionVerdict = { action: "allow" };
+    const target = path.length > 1 && path.endsWith("/") ? path.replace(/\/+$/, "") : path;
+    let best: PermissionVerdict = ALLOWED;
     for (const c of this.compiled) {
       // Only a stronger action can change the verdict (the first rule of an action is the one named).
       if (!c.operations.has(operation) || (best.rule && STRENGTH[c.rule.action] <= STRENGTH[best.action])) continue;
-      const pattern = c.matchers === null ? "**" : matchedPattern(c.matchers, target, ancestors);
+      const pattern = c.matchers === null ? "**" : matchedPattern(c.matchers, c.gate, target, ancestors);
       if (pattern === undefined) continue;
       best = { action: c.rule.action, rule: c.rule, pattern };
     }
@@ -217,10 +227,19 @@ export class PermissionPolicy {
       }
       return action;
     };
+    // A listing's entries share their directory: its action is kept at hand, not looked up per entry.
+    let lastDir = "";
+    let lastAction: PermissionAction = "allow";
     return (path) => {
-      const target = path.length > 1 ? path.replace(/\/+$/, "") : path;
+      const target = path.length > 1 && path.endsWith("/") ? path.replace(/\/+$/, "") : path;
       const own = this.verdict(operation, target, false).action;
-      return target === "/" || own === "deny" ? own : stronger(own, under(parentOf(target)));
+      if (target === "/" || own === "deny") return own;
+      const slash = target.lastIndexOf("/");
+      if (lastDir.length !== Math.max(slash, 1) || !target.startsWith(lastDir)) {
+        lastDir = parentOf(target);
+        lastAction = under(lastDir);
+      }
+      return stronger(own, lastAction);
     };
   }
 
@@ -244,10 +263,10 @@ function stronger(a: PermissionAction, b: PermissionAction): PermissionAction {
   return STRENGTH[a] >= STRENGTH[b] ? a : b;
 }
 
-function matchedPattern(matchers: Matcher[], path: string, ancestors: boolean): string | undefined {
+function matchedPattern(matchers: Matcher[], gate: CompiledRule["gate"], path: string, ancestors: boolean): string | undefined {
   // The path and each ancestor: a rule on a directory covers what lies under it.
   for (let p = path; ; p = parentOf(p)) {
-    for (const m of matchers) if (m.test(p)) return m.pattern;
+    if (gate === null || gate(p)) for (const m of matchers) if (m.test(p)) return m.pattern;
     if (p === "/" || !ancestors) return undefined;
   }
 }
@@ -289,10 +308,7 @@ const GLOB_SYNTAX = /[*?[\]{}\\!()|+@]/;
  */
 function basenameTest(pattern: string): (path: string) => boolean {
   const test = globTest(pattern, "/");
-  const first = pattern.search(GLOB_SYNTAX);
-  const head = first === -1 ? pattern : pattern.slice(0, first);
-  let tail = "";
-  if (first !== -1) for (let i = pattern.length - 1; i > first && !GLOB_SYNTAX.test(pattern[i]!); i--) tail = pattern[i]! + tail;
+  const { head, tail } = literalEnds(pattern);
   if (head !== "" || tail !== "") {
     const least = head.length + tail.length;
     return (path) => {
@@ -314,6 +330,55 @@ function basenameTest(pattern: string): (path: string) => boolean {
   };
 }
 
+/** A basename pattern's literal text before its first glob character and after its last. */
+function literalEnds(pattern: string): { head: string; tail: string } {
+  const first = pattern.search(GLOB_SYNTAX);
+  const head = first === -1 ? pattern : pattern.slice(0, first);
+  let tail = "";
+  if (first !== -1) for (let i = pattern.length - 1; i > first && !GLOB_SYNTAX.test(pattern[i]!); i--) tail = pattern[i]! + tail;
+  return { head, tail };
+}
+
+const escapeRegExp = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+
+/** What a path's name must start or end with for a pattern's test to match it (a literal name: both). */
+interface Ends {
+  head: string;
+  tail: string;
+  /** The name is `head` itself. */
+  exact?: boolean;
+}
+
+/** A pattern's required ends (see CompiledRule.gate), or undefined when it requires none. */
+function requiredEnds(pattern: string, anchored: boolean): Ends | undefined {
+  const body = pattern.replace(/^\/+/, "");
+  if (body.includes("/")) {
+    // compilePatternOnce: a literal last segment is the name itself.
+    const last = body.slice(body.lastIndexOf("/") + 1);
+    return last === "" || /[*?[\]{}\\]/.test(last) ? undefined : { head: last, tail: "", exact: true };
+  }
+  if (pattern.startsWith("/") || anchored) return undefined;
+  const ends = literalEnds(pattern);
+  return ends.head === "" && ends.tail === "" ? undefined : ends;
+}
+
+/**
+ * One test for every pattern's ends: the first and last characters against
+ * those any pattern needs (most names fail there), then one regular
+ * expression of them all. A pattern with a head is ruled out by the first
+ * character, one with only a tail by the last.
+ */
+function gateOf(ends: readonly Ends[]): (path: string) => boolean {
+  const firsts = new Set(ends.filter((e) => e.head !== "").map((e) => e.head.charCodeAt(0)));
+  const lasts = new Set(ends.filter((e) => e.head === "").map((e) => e.tail.charCodeAt(e.tail.length - 1)));
+  const names = new RegExp(`^(?:${ends.map((e) => (e.exact ? escapeRegExp(e.head) : `${escapeRegExp(e.head)}.*${escapeRegExp(e.tail)}`)).join("|")})$`, "s");
+  return (path) => {
+    const start = path.lastIndexOf("/") + 1;
+    if (start === path.length || !(firsts.has(path.charCodeAt(start)) || lasts.has(path.charCodeAt(path.length - 1)))) return false;
+    return names.test(start === 0 ? path : path.slice(start));
+  };
+}
+
 function compileRule(rule: PermissionRule, index: number, root: string): CompiledRule {
   const where = `permissions.rules[${index}]`;
   if (typeof rule !== "object" || rule === null) throw errors.invalidArgument(`${where} must be an object`);
@@ -324,6 +389,7 @@ function compileRule(rule: PermissionRule, index: number, root: string): Compile
   }
   if (rule.name !== undefined && typeof rule.name !== "string") throw errors.invalidArgument(`${where}.name must be a string`);
   let matchers: CompiledRule["matchers"] = null;
+  let gates: Array<Ends | undefined> = [];
   if (rule.paths !== undefined) {
     const patterns = typeof rule.paths === "string" ? [rule.paths] : rule.paths;
     if (!Array.isArray(patterns) || patterns.some((p) => typeof p !== "string")) throw errors.invalidArgument(`${where}.paths must be a glob or an array of globs`);
@@ -331,14 +397,19 @@ function compileRule(rule: PermissionRule, index: number, root: string): Compile
     for (const pattern of patterns as string[]) {
       try {
         matchers.push({ pattern, test: compilePattern(pattern, root) });
+        gates.push(requiredEnds(pattern, false));
         // `dir/**` covers `dir` itself.
-        if (pattern.endsWith("/**") && pattern.length > 3) matchers.push({ pattern, test: compilePattern(pattern.slice(0, -3), root, true) });
+        if (pattern.endsWith("/**") && pattern.length > 3) {
+          matchers.push({ pattern, test: compilePattern(pattern.slice(0, -3), root, true) });
+          gates.push(requiredEnds(pattern.slice(0, -3), true));
+        }
       } catch (error) {
         throw errors.invalidArgument(`${where}.paths: ${error instanceof StrataError ? error.message : "invalid glob"}`);
       }
     }
   }
-  return { rule, operations: new Set(ops as PermissionOperation[]), matchers };
+  if (gates.length === 0 || gates.includes(undefined)) gates = [];
+  return { rule, operations: new Set(ops as PermissionOperation[]), matchers, gate: gates.length === 0 ? null : gateOf(gates as Ends[]) };
 }
 
 /**

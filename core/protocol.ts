@@ -11,6 +11,7 @@ import type {
   GrepOptions,
   GrepResult,
   Listing,
+  LsOptions,
   MkdirOptions,
   Moved,
   OperationOptions,
@@ -34,7 +35,7 @@ import type {
  */
 export interface Backend {
   /** Non-recursive listing, sorted by path; directories end in `/`. A missing directory lists as empty. */
-  ls(path?: string, options?: OperationOptions): Promise<Result<Listing>>;
+  ls(path?: string, options?: LsOptions): Promise<Result<Listing>>;
   /** A window of a text file's lines (with the total), or a binary file's bytes. */
   read(path: string, options?: ReadOptions): Promise<Result<ReadContent>>;
   /** The stored record (FileData v2). */

@@ -133,6 +133,16 @@ export interface OperationOptions {
   signal?: AbortSignal;
 }
 
+export interface LsOptions extends OperationOptions {
+  /**
+   * false: each entry's name and kind only. A backend that learns sizes and
+   * times with one stat per entry (FilesystemBackend) then leaves them out,
+   * a directory of thousands listed for the price of reading it; one that
+   * has them at hand may still answer them. Default true.
+   */
+  sizes?: boolean;
+}
+
 export interface ReadOptions extends OperationOptions {
   /** 0-based first line. */
   offset?: number;

@@ -46,6 +46,13 @@ export interface EmbeddedWorkspaceOptions {
    * docker and ssh sandboxes are refused: their files are not the directory.
    */
   overlay?: boolean;
+  /**
+   * fsync each file written in the directory before it replaces the old one
+   * (default true). false: writes and edits stay atomic for readers (a temp
+   * file renamed into place) but a power cut may lose the newest; they are
+   * faster. Routes and remote sandboxes keep their own durability.
+   */
+  fsync?: boolean;
 }
 
 /** How commands run in a workspace. */
@@ -83,7 +90,7 @@ export async function openEmbeddedWorkspace(directory: string, options: Embedded
       if (why) throw new Error(`bubblewrap cannot run here: ${why}`);
     }
     const { openOverlay } = await import("./overlay.js");
-    layer = openOverlay(dir);
+    layer = openOverlay(dir, { fsync: options.fsync });
     if (shell === "none") files = layer.overlay;
     else {
       // The overlay's permission rules decide what reaches the scratch copy; the sandbox's own would only repeat them.
@@ -100,10 +107,10 @@ export async function openEmbeddedWorkspace(directory: string, options: Embedded
     const { BubblewrapSandbox } = await import("../sandboxes/bubblewrap.js");
     const why = await BubblewrapSandbox.unavailableReason();
     if (why) throw new Error(`bubblewrap cannot run here: ${why}`);
-    files = sandbox = new BubblewrapSandbox({ workspace: dir });
+    files = sandbox = new BubblewrapSandbox({ workspace: dir, fsync: options.fsync });
   } else if (shell === "local") {
     const { LocalSandbox } = await import("../sandboxes/local.js");
-    files = sandbox = new LocalSandbox({ workspace: dir });
+    files = sandbox = new LocalSandbox({ workspace: dir, fsync: options.fsync });
   } else if (shell === "docker") {
     const { DockerSandbox } = await import("../sandboxes/docker.js");
     files = sandbox = await DockerSandbox.create({ image: (options.sandbox ?? "").slice("docker:".length) });
@@ -112,7 +119,7 @@ export async function openEmbeddedWorkspace(directory: string, options: Embedded
     const { sshSandboxOptions } = await import("./ssh-target.js");
     files = sandbox = await SshSandbox.connect(await sshSandboxOptions(options.sandbox ?? "", options.ssh));
   } else {
-    files = new FilesystemBackend({ workspace: dir });
+    files = new FilesystemBackend({ workspace: dir, fsync: options.fsync });
   }
   const root = (files as { root?: string }).root ?? "/";
   const what =

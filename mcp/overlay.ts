@@ -29,13 +29,14 @@ export function hasOverlay(directory: string): boolean {
  * layer's own database is out of the agent's reach (a change to it through
  * the layer would be committed over the file the layer lives in).
  */
-export function openOverlay(directory: string): OpenedOverlay {
+export function openOverlay(directory: string, options: { fsync?: boolean } = {}): OpenedOverlay {
   const dir = nodePath.resolve(directory);
   const store = new SqliteStore({ path: nodePath.join(dir, OVERLAY_DB) });
   const overlay = new OverlayBackend({
     workspace: dir,
     store,
     namespace: NAMESPACE,
+    fsync: options.fsync,
     permissions: { rules: [...SECRETS_PRESET, { name: "the overlay's own layer", action: "deny", paths: [`/${OVERLAY_DB}*`] }] },
   });
   return { overlay, close: () => store.close() };

@@ -110,6 +110,8 @@ export interface BubblewrapSandboxOptions extends BaseSandboxOptions, ResourceLi
    * this process is not root: commands then run as this process's own user.
    */
   sandboxUser?: SandboxUser;
+  /** fsync each file the file operations write before it replaces the old one (default true), as FilesystemBackend's option. */
+  fsync?: boolean;
   // `quota` (BaseSandboxOptions, default SANDBOX_DEFAULTS.quota): `maxBytes` also bounds every single file
   // a command writes (RLIMIT_FSIZE: the write fails, the writer gets SIGXFSZ) and the private /tmp as a
   // whole (a sized tmpfs); uploads are held to the whole quota. Commands are not held to a total across
@@ -193,7 +195,7 @@ export class BubblewrapSandbox extends BaseSandbox {
     }
     this.hostWorkspace = realpathSync(dir);
     if (this.ownsWorkspace && this.sandboxUser) chownSync(this.hostWorkspace, this.sandboxUser.uid, this.sandboxUser.gid);
-    this.hostFiles = new FilesystemBackend({ workspace: this.hostWorkspace, quota: this.quota, permissions: false });
+    this.hostFiles = new FilesystemBackend({ workspace: this.hostWorkspace, quota: this.quota, permissions: false, fsync: options.fsync });
     this.id = `bwrap-${process.pid}-${++counter}`;
   }
 

@@ -40,6 +40,8 @@ export interface LocalSandboxOptions extends BaseSandboxOptions {
    * environment (API keys included) unless given here.
    */
   env?: Record<string, string>;
+  /** fsync each file written before it replaces the old one (default true), as FilesystemBackend's option. */
+  fsync?: boolean;
 }
 
 let counter = 0;
@@ -65,7 +67,7 @@ export class LocalSandbox extends BaseSandbox {
     this.workspace = realpathSync(dir);
     this.id = `local-${process.pid}-${++counter}`;
     // The sandbox's quota (defaults applied by BaseSandbox), kept by the backend every file operation goes through.
-    this.files = new FilesystemBackend({ workspace: this.workspace, quota: this.quota, permissions: false });
+    this.files = new FilesystemBackend({ workspace: this.workspace, quota: this.quota, permissions: false, fsync: options.fsync });
     // PATH is the one host variable passed unasked (a host process needs it to find programs); passEnv names any other.
     const defaults = { PATH: process.env.PATH ?? "/usr/local/bin:/usr/bin:/bin", HOME: this.workspace, LANG: "C.UTF-8" };
     this.env = { ...(options.env === undefined ? defaults : {}), ...this.passedEnv, ...options.env };
@@ -110,9 +112,9 @@ export class LocalSandbox extends BaseSandbox {
   // Every file operation is the workspace FilesystemBackend's (real directories, atomic
   // renames, per-path locks); after close each answers `sandbox_closed`.
 
-  protected override async doLs(path: string): Promise<FileInfo[]> {
+  protected override async doLs(path: string, sizes = true): Promise<FileInfo[]> {
     this.assertOpen();
-    return unwrap(await this.files.ls(path)).entries;
+    return unwrap(await this.files.ls(path, sizes ? undefined : { sizes })).entries;
   }
 
   protected override async doRead(filePath: string, offset: number, limit: number): Promise<TextWindow> {

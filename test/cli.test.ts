@@ -486,3 +486,43 @@ describe("strata demo", () => {
     expect(existsSync(join(dir, ".strata", "demo.db"))).toBe(true);
   });
 });
+
+describe("the bundled bin (npm run build: scripts/bundle-cli.ts)", () => {
+  it("runs the file commands and serves MCP as the source does, its engines loaded from node_modules", { timeout: SLOW }, async () => {
+    const { bundleCli } = await import("../scripts/bundle-cli.js");
+    const out = tempDir({ "package.json": JSON.stringify({ type: "module", private: true }) });
+    symlinkSync(join(ROOT, "node_modules"), join(out, "node_modules"));
+    await bundleCli(out);
+    const bin = join(out, "cli", "strata.js");
+    expect(readFileSync(bin, "utf8").startsWith("#!/usr/bin/env node\n")).toBe(true);
+    const run = (cwd: string, args: string[]) =>
+      new Promise<{ status: number | null; out: string; err: string }>((resolve, reject) => {
+        const child = spawn(process.execPath, [bin, ...args], { cwd, stdio: ["ignore", "pipe", "pipe"] });
+        let stdout = "";
+        let stderr = "";
+        child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+        child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+        child.once("error", reject);
+        child.once("close", (status) => resolve({ status, out: stdout, err: stderr }));
+      });
+    const dir = tempDir({ "a.txt": "hello\n" });
+    expect((await run(dir, ["--version"])).out.trim()).toBe("0.1.0");
+    expect((await run(dir, ["read", "/a.txt"])).out).toContain("hello");
+    // /memories on SQLite: better-sqlite3, outside the bundle, loads from node_modules.
+    const listed = await run(dir, ["ls", "/"]);
+    expect(listed.status, listed.err).toBe(0);
+    expect(listed.out.split("\n")).toEqual(expect.arrayContaining(["/a.txt", "/memories/"]));
+    expect((await run(dir, ["nope"])).status).toBe(2);
+
+    const client = new Client({ name: "strata-test", version: "1" });
+    await client.connect(new StdioClientTransport({ command: process.execPath, args: [bin, "mcp", "--root", dir, "--no-execute"], stderr: "pipe" }));
+    try {
+      const { tools } = await client.listTools();
+      expect(tools.map((tool) => tool.name)).toContain("edit_file");
+      const result = (await client.callTool({ name: "ls", arguments: { sizes: false } })) as CallToolResult;
+      expect(result.content[0]).toMatchObject({ type: "text", text: "/.strata/\n/a.txt\n/memories/" }); // .strata/ holds memories.db
+    } finally {
+      await client.close();
+    }
+  });
+});

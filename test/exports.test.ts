@@ -116,6 +116,7 @@ const CORE_TYPES = [
   "GrepOptions",
   "GrepResult",
   "Listing",
+  "LsOptions",
   "MkdirOptions",
   "Moved",
   "OperationOptions",

@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from "node:child_process";
-import { constants } from "node:fs";
+import { constants, writeFileSync } from "node:fs";
 import fs from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
@@ -128,6 +128,22 @@ describe("symlinks are never followed", () => {
     const link = (plain[1]!.entries ?? []).find((e) => e.path === "/real/link-out");
     expect(link?.is_dir).toBe(false); // the link itself, not the directory it names
     expect(plain[1]!.entries).toHaveLength(152);
+  });
+
+  it("ls with sizes: false answers the same entries and kinds from the directory alone (no size, no time); secrets stay hidden; a wrong type is refused", async () => {
+    await fs.writeFile(path.join(root, "real", ".env"), "KEY=1");
+    await fs.mkdir(path.join(root, "real", "sub"));
+    for (const dir of ["/", "/real"]) {
+      const full = await backend.ls(dir);
+      const kinds = await backend.ls(dir, { sizes: false });
+      expect(kinds.entries).toEqual(full.entries!.map((e) => ({ path: e.path, is_dir: e.is_dir })));
+    }
+    const kinds = (await backend.ls("/real", { sizes: false })).entries!;
+    expect(kinds.map((e) => e.path)).not.toContain("/real/.env"); // the secrets preset, as for a full listing
+    expect(kinds.find((e) => e.path === "/real/sub/")?.is_dir).toBe(true);
+    expect((await backend.ls("/", { sizes: false })).entries!.find((e) => e.path === "/etc")?.is_dir).toBe(false); // a link, not what it names
+    expect((await backend.ls("/out/sub", { sizes: false })).error?.code).toBe("permission_denied");
+    expect((await backend.ls("/", { sizes: "no" as unknown as boolean })).error?.code).toBe("invalid_argument");
   });
 
   it("cannot write, upload or delete through a symlink; writing over a link is refused; deleting a link removes only the link", async () => {
@@ -304,6 +320,28 @@ describe("atomic writes", () => {
     await writer;
     expect(reads).toBeGreaterThan(0);
     expect(await fs.readdir(root)).toEqual(["big.txt"]);
+  });
+
+  it("an edit of a small file never overwrites a change another program made before it checks (fsync on and off); it lands, or answers conflict or no_match", async () => {
+    for (const fsync of [true, false]) {
+      const subject = new FilesystemBackend({ workspace: root, fsync });
+      const outcomes = new Set<string>();
+      for (let round = 0; round < 150; round++) {
+        const host = path.join(root, "small.txt");
+        await fs.writeFile(host, `v${round} head\n`);
+        const edit = subject.edit("/small.txt", "head", "edited");
+        // Another program writes at some point during the edit (a different size, so the check sees it even within one
+        // mtime tick), all at once: a write still under way while the edit checks and renames is the window no check closes.
+        await new Promise((resolve) => (round % 3 === 0 ? resolve(undefined) : round % 3 === 1 ? setImmediate(resolve) : setTimeout(resolve, 0)));
+        writeFileSync(host, `foreign ${round}\n`);
+        const result = await edit;
+        outcomes.add(result.error?.code ?? "ok");
+        expect(["ok", "conflict", "no_match"], `round ${round}: ${result.error?.message}`).toContain(result.error?.code ?? "ok");
+        expect(await fs.readFile(host, "utf8"), `fsync ${fsync}, round ${round}`).toBe(`foreign ${round}\n`);
+      }
+      expect(outcomes.has("ok") || outcomes.has("conflict")).toBe(true);
+    }
+    expect((await fs.readdir(root)).filter((name) => name.startsWith(".strata-"))).toEqual([]);
   });
 
   it("edit and overwrite keep the file's permission bits", async () => {

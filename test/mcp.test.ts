@@ -7,7 +7,7 @@
  * that disconnects mid-call.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -68,6 +68,10 @@ async function call(client: Client, name: string, args: Record<string, unknown> 
 function text(result: CallToolResult): string {
   const first = result.content[0];
   return first?.type === "text" ? first.text : "";
+}
+
+function byName(listed: { tools: Array<{ name: string; inputSchema: { properties?: Record<string, unknown> } }> }, name: string) {
+  return listed.tools.find((tool) => tool.name === name);
 }
 
 function okText(result: CallToolResult): string {
@@ -154,6 +158,17 @@ describe("strata mcp over stdio", () => {
     expect(text(roots)).not.toContain(dir);
     const sizes = await call(client, "list_directory_with_sizes", { path: "/notes" });
     expect(sizes.structuredContent).toMatchObject({ files: 1, directories: 0, totalBytes: 8 });
+  });
+
+  it("ls answers sizes by default; sizes: false answers names and kinds only; the secrets preset's names are left out of both", async () => {
+    const dir = workspace({ "b.txt": "12345", "a/x.md": "x", ".env": "KEY=1" });
+    const client = await stdioClient(["--root", dir, "--no-execute", "--no-memories"]);
+    const ls = byName(await client.listTools(), "ls");
+    expect(ls?.inputSchema.properties).toHaveProperty("sizes");
+    expect(okText(await call(client, "ls"))).toBe("/a/\n/b.txt (5 bytes)");
+    expect(okText(await call(client, "ls", { sizes: false }))).toBe("/a/\n/b.txt");
+    expect(okText(await call(client, "ls", { path: "/a", sizes: false }))).toBe("/a/x.md");
+    expect((await call(client, "ls", { sizes: "no" })).isError).toBe(true);
   });
 
   it("reads, edits (after reading), moves, makes directories, and keeps memories in SQLite under .strata/", async () => {
@@ -276,6 +291,32 @@ describe("strata mcp routes, config file and sandboxes", () => {
     const grep = okText(await call(client, "grep", { pattern: "in /", output_mode: "files_with_matches" }));
     expect(grep.split("\n").sort()).toEqual([`/notes/a.md`, `/pg-${ns}/a.md`, `/redis-${ns}/a.md`, "/scratch/a.md"].sort());
     expect(text(await call(client, "execute", { command: "true" }))).toMatch(/Unknown tool 'execute'/); // --no-execute
+  });
+
+  it("--no-fsync, or fsync: false in the config file: writes and edits land as by default, no temp file left; a wrong type is refused", async () => {
+    const dir = workspace({ "a.txt": "one\n" });
+    const configDir = workspace({ "strata.json": JSON.stringify({ root: dir, execute: false, memories: false, fsync: false }) });
+    for (const args of [["--root", dir, "--no-execute", "--no-memories", "--no-fsync"], ["--config", join(configDir, "strata.json")]]) {
+      const client = await stdioClient(args);
+      okText(await call(client, "read_file", { file_path: "/a.txt" }));
+      const edited = okText(await call(client, "edit_file", { file_path: "/a.txt", old_string: "one", new_string: "two" }));
+      expect(edited).toContain("+two");
+      expect(readFileSync(join(dir, "a.txt"), "utf8")).toBe("two\n");
+      okText(await call(client, "write_file", { file_path: "/b.txt", content: "new" }));
+      expect(readFileSync(join(dir, "b.txt"), "utf8")).toBe("new");
+      okText(await call(client, "edit_file", { file_path: "/a.txt", old_string: "two", new_string: "one" }));
+      rmSync(join(dir, "b.txt"));
+      await client.close();
+    }
+    expect(readFileSync(join(dir, "a.txt"), "utf8")).toBe("one\n");
+    expect(readdirSync(dir).filter((name) => name.startsWith(".strata-"))).toEqual([]);
+
+    writeFileSync(join(configDir, "bad.json"), JSON.stringify({ root: dir, fsync: "no" }));
+    const bad = spawn(process.execPath, [...NODE_ARGS, "--config", join(configDir, "bad.json")], { stdio: ["ignore", "ignore", "pipe"] });
+    let err = "";
+    bad.stderr.on("data", (chunk: Buffer) => (err += chunk.toString()));
+    expect(await new Promise((resolve) => bad.once("close", resolve))).toBe(1);
+    expect(err).toMatch(/strata: The config file 'bad.json': fsync/);
   });
 
   it("reads a config file; a flag given on the command line wins over it", async () => {

@@ -87,6 +87,38 @@ describe("PermissionPolicy", () => {
     }
   });
 
+describe("PermissionPolicy's literal gate", () => {
+  it("answers the same verdicts as the patterns alone, regex characters in literals included", () => {
+    const rules: PermissionRule[] = [
+      ...SECRETS_PRESET,
+      { action: "ask", operations: ["read", "write"], paths: ["*.draft", "a+b*", "$HOME*", "(x)*.txt", "**/.cfg/se.cret", "^x*", "m*m", "n*"] },
+      { action: "ask", operations: "write", paths: "/docs/**" },
+      { action: "deny", operations: "read", paths: ["deep/**/hidden", "*.p|q"] },
+    ];
+    // A pattern with neither a literal head nor a tail (and matching none of these names) leaves its rule ungated.
+    const ungated = rules.map((rule) => ({ ...rule, paths: [...(typeof rule.paths === "string" ? [rule.paths] : (rule.paths ?? [])), "[q][q][q]"] }));
+    const names = [".env", "id_rsa.pub", "key.pem", "kEY.PEM", "a+b.ts", "aab", "$HOME.txt", "HOME", "(x)1.txt", "x1.txt", "se.cret", "seXcret", "^xy", "xy", "a.p|q", "a.pq", "hidden", "config", "plain.ts", "m", "mm", "mam", "ma", "n", "n\nm"];
+    const dirs = ["", "/docs", "/deep/x", "/.cfg", "/home/.aws", "/p/.git", "/src"];
+    for (const root of ["/", "/workspace"]) {
+      const gated = new PermissionPolicy(rules, root);
+      const plain = new PermissionPolicy(ungated, root);
+      for (const operation of ["read", "write"] as const) {
+        for (const dir of dirs) {
+          for (const name of names) {
+            const path = `${dir}/${name}`;
+            const want = plain.check(operation, path);
+            const got = gated.check(operation, path);
+            expect([got.action, got.pattern], `${operation} ${path} (root ${root})`).toEqual([want.action, want.pattern]);
+          }
+        }
+      }
+    }
+    expect(new PermissionPolicy(rules).check("read", "/a+b.ts").action).toBe("ask");
+    expect(new PermissionPolicy(rules).check("read", "/x/.cfg/se.cret").action).toBe("ask");
+    expect(new PermissionPolicy(rules).check("read", "/x/.cfg/seXcret").action).toBe("allow");
+  });
+});
+
 describe("withPermissions", () => {
   it("a denied read says which rule denied it; never an empty file", async () => {
     const { backend } = await seeded({ "/.env": "TOKEN=1", "/a.txt": "fine" }, SECRETS_PRESET);
