@@ -338,6 +338,10 @@ export class DockerSandbox extends BaseSandbox {
   private readonly kills = new Set<Promise<void>>();
   /** Reused exec sessions (docker-session.ts), per user. */
   private readonly pools = new Map<string, SessionPool>();
+  /** Set once a root session reported it cannot drop to the user (no setpriv --reuid): the user's work takes an exec each. */
+  private dropUnsupported = false;
+  /** The HOME the container's configuration sets ("" for none), looked up once, for dropped requests. */
+  private imageHome: Promise<string> | undefined;
 
   private constructor(
     /** The Dockerode client: the escape hatch to anything this class does not cover. */
@@ -476,7 +480,7 @@ export class DockerSandbox extends BaseSandbox {
     run.result.catch(() => undefined);
     // Stdin given as bytes or text (not a stream) fits a session's request; a stream, or names sh cannot export, take an exec of their own.
     const inline = stdin === undefined ? new Uint8Array(0) : typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin instanceof Uint8Array ? stdin : undefined;
-    const sessionable = reusesSessions(this.user) && inline !== undefined && inline.length <= SESSION_STDIN_BYTES && Object.keys(env).every((name) => SH_NAME.test(name));
+    const sessionable = this.sessionsFor(this.user) && inline !== undefined && inline.length <= SESSION_STDIN_BYTES && Object.keys(env).every((name) => SH_NAME.test(name));
     if (sessionable) {
       const started = await this.executeInSession(command, cwd, env, inline, run, info, (fn) => (abandon = fn));
       if (started) return run.result;
@@ -547,14 +551,9 @@ export class DockerSandbox extends BaseSandbox {
     info: RunInfo,
     setAbandon: (abandon: () => void) => void,
   ): Promise<boolean> {
-    const pool = this.pool(this.user);
-    const exports = Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ");
+    const ids = dropIds(this.user);
+    const pool = this.pool(ids ? ROOT : this.user);
     const input = stdin.length > 0 ? `dd bs=${stdin.length} count=1 iflag=fullblock 2>/dev/null | ` : "";
-    // The shells around the command write nothing on stderr (a job-kill notice would pass for output): the wrapper's reports and
-    // the status go to the session's stderr through fd 3, which the supervisor opened on it.
-    const body = (token: string) =>
-      `{ { ${input}{ ( export ${exports}; exec setsid /bin/sh -c "$WRAP" strata ${lineQuote(this.sandboxPath(cwd))} ${lineQuote(command)} 2>&3 )${input ? "" : " </dev/null"}; ` +
-      `s=$?; ${input ? "cat >/dev/null; " : ""}echo "strata-status $s" >&3; } | cat; } 2>/dev/null; ${endMarker(token)}; ${doneLine(token)}; }`;
     const start = async (attempt: number): Promise<boolean> => {
       let session: ExecSession | undefined;
       try {
@@ -567,6 +566,25 @@ export class DockerSandbox extends BaseSandbox {
       if (!session) {
         if (attempt > 0) run.end(async () => null);
         return attempt > 0;
+      }
+      let body: (token: string) => string;
+      if (ids) {
+        const home = await this.userHome(session);
+        if (home === undefined) {
+          // The image cannot drop to the user (no setpriv with --reuid): its commands take an exec each from now on.
+          this.dropUnsupported = true;
+          pool.release(session);
+          if (attempt > 0) run.end(async () => null);
+          return attempt > 0;
+        }
+        body = droppedBody(ids, command, this.sandboxPath(cwd), { ...env, HOME: env.HOME ?? home }, input);
+      } else {
+        const exports = Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ");
+        // The shells around the command write nothing on stderr (a job-kill notice would pass for output): the wrapper's reports and
+        // the status go to the session's stderr through fd 3, which the supervisor opened on it.
+        body = (token: string) =>
+          `{ { ${input}{ ( export ${exports}; exec setsid /bin/sh -c "$WRAP" strata ${lineQuote(this.sandboxPath(cwd))} ${lineQuote(command)} 2>&3 )${input ? "" : " </dev/null"}; ` +
+          `s=$?; ${input ? "cat >/dev/null; " : ""}echo "strata-status $s" >&3; } | cat; } 2>/dev/null; ${endMarker(token)}; ${doneLine(token)}; }`;
       }
       const current = session;
       setAbandon(() => current.destroy());
@@ -602,17 +620,39 @@ export class DockerSandbox extends BaseSandbox {
     return start(0);
   }
 
-  /** The session pool of one user. */
+  /** The session pool of one user. Root's sessions also look up how to drop to `user` (dropIds), for the user's work. */
   private pool(user: string): SessionPool {
     let pool = this.pools.get(user);
     if (!pool) {
+      const dropUid = user === ROOT ? dropIds(this.user)?.uid : undefined;
       pool = new SessionPool(async () => {
         this.stats.execs++;
-        return ExecSession.open(this.client, this.container, user, PRELUDE + WRAPPER);
+        return ExecSession.open(this.client, this.container, user, PRELUDE + WRAPPER, dropUid);
       });
       this.pools.set(user, pool);
     }
     return pool;
+  }
+
+  /** Whether work as `user` may ride a session: root's always, an unprivileged user's on a root session dropping to it (until the image turns out unable to). */
+  private sessionsFor(user: string): boolean {
+    if (reusesSessions(user)) return true;
+    return user === this.user && dropIds(user) !== undefined && !this.dropUnsupported;
+  }
+
+  /**
+   * The HOME an exec as the user gets, which a dropped request sets (setpriv
+   * keeps root's): the image's HOME when its configuration sets one, else
+   * the home of the uid's /etc/passwd entry, else "/" (what runc does).
+   * Undefined when the session cannot drop.
+   */
+  private async userHome(session: ExecSession): Promise<string | undefined> {
+    if (session.dropHome === undefined) return undefined;
+    this.imageHome ??= this.container.inspect().then(
+      (info) => (info.Config.Env ?? []).filter((entry) => entry.startsWith("HOME=")).map((entry) => entry.slice(5)).pop() ?? "",
+      () => "",
+    );
+    return (await this.imageHome) || session.dropHome;
   }
 
   /**
@@ -767,12 +807,25 @@ export class DockerSandbox extends BaseSandbox {
     argv: string[],
     options: { user: string; stdin?: readonly Uint8Array[]; stdout?: Writable },
   ): Promise<{ output: string; exitCode: number | null }> {
-    if (options.stdin === undefined && reusesSessions(options.user)) {
+    if (options.stdin === undefined && this.sessionsFor(options.user)) {
+      const ids = reusesSessions(options.user) ? undefined : dropIds(options.user);
       for (let attempt = 0; attempt < 2; attempt++) {
-        const pool = this.pool(options.user);
+        const pool = this.pool(ids ? ROOT : options.user);
         const session = await pool.acquire().catch(() => undefined);
         if (!session) break;
-        const answer = await this.runInSession(pool, session, argv, options.stdout);
+        let script = `{ ${argv.map(lineQuote).join(" ")} </dev/null 2>/dev/null; echo "strata-status $?" >&3; }`;
+        if (ids) {
+          const home = await this.userHome(session);
+          if (home === undefined) {
+            this.dropUnsupported = true;
+            pool.release(session);
+            break;
+          }
+          // The user's process gets none of the session's descriptors: stdin /dev/null, stdout a pipe of its own (copied by root's
+          // cat), no stderr, no fd 3; its status comes from root's wait.
+          script = `{ { HOME=${lineQuote(home)} ${setprivOf(ids)} ${argv.map(lineQuote).join(" ")} </dev/null 2>/dev/null 3>&-; echo "strata-status $?" >&3; } | cat; } 2>/dev/null`;
+        }
+        const answer = await this.runInSession(pool, session, script, options.stdout);
         if (answer) return answer;
       }
     }
@@ -780,12 +833,12 @@ export class DockerSandbox extends BaseSandbox {
   }
 
   /** One request of `run` on a session; undefined when the session ended before the script started. */
-  private runInSession(pool: SessionPool, session: ExecSession, argv: string[], stdout: Writable | undefined): Promise<{ output: string; exitCode: number | null } | undefined> {
+  private runInSession(pool: SessionPool, session: ExecSession, script: string, stdout: Writable | undefined): Promise<{ output: string; exitCode: number | null } | undefined> {
     this.stats.sessionRequests++;
     const chunks: Buffer[] = [];
     return new Promise((resolve, reject) => {
       session.send(
-        (token) => `{ ${argv.map(lineQuote).join(" ")} </dev/null 2>/dev/null; echo "strata-status $?" >&3; ${endMarker(token)}; ${doneLine(token)}; }`,
+        (token) => `{ ${script}; ${endMarker(token)}; ${doneLine(token)}; }`,
         {
           stdout: (chunk) => (stdout ? stdout.write(chunk) : chunks.push(Buffer.from(chunk))),
           stderrLine: () => undefined,
@@ -1104,4 +1157,59 @@ function daemonError(error: unknown): StrataError {
 function reusesSessions(user: string): boolean {
   const name = user.split(":")[0];
   return name === "0" || name === "root";
+}
+
+/** A numeric "uid:gid" (uid not 0) that root can drop to per request; "uid" alone takes Docker's passwd lookup (group, supplementary groups), so an exec. */
+function dropIds(user: string): { uid: string; gid: string } | undefined {
+  const match = /^(\d+):(\d+)$/.exec(user);
+  if (!match) return undefined;
+  const [uid, gid] = [Number(match[1]), Number(match[2])];
+  if (uid === 0 || uid > 0xfffffffe || gid > 0xfffffffe) return undefined;
+  return { uid: String(uid), gid: String(gid) };
+}
+
+/** Drops to the ids as Docker's exec of "uid:gid" sets them: real, effective and saved ids, the group as the only supplementary one (capabilities go with uid 0). */
+function setprivOf(ids: { uid: string; gid: string }): string {
+  return `setpriv --reuid=${ids.uid} --regid=${ids.gid} --groups=${ids.gid} --`;
+}
+
+/**
+ * `sh -c USER_START strata <cwd> <command>`: the first thing that runs as
+ * the user in a dropped request. It enters the cwd as the user (so a
+ * directory the user may not enter is refused as with an exec), then
+ * becomes the command's shell (same PID, so the process group root started).
+ * Status 200 makes root check, as the user, whether the cwd was the reason.
+ */
+const USER_START = `cd -- "$1" 2>/dev/null || exit 200; exec /bin/sh -c "$2"`;
+
+/**
+ * A command of the unprivileged user as a request on a root session. Root
+ * does what the wrapper does for an exec, so that what the host trusts
+ * comes from root: it reports the request's output pipe and start time
+ * (for the kill), starts the command under setsid, dropped to the user by
+ * setpriv, reports its process group, waits for it and reports its status,
+ * then (once the pipe's last holder closed it) the end marker and done
+ * line. The user's process holds none of the session's descriptors: its
+ * stdin is its own bytes (read from the session by root's dd) or
+ * /dev/null, its stdout and stderr the request's pipe, fd 3 closed. The
+ * caller's text (command, cwd, env values) is quoted, never evaluated by
+ * root: it is first interpreted by the user's shell. The environment is a
+ * prefix of the dropped command only.
+ */
+function droppedBody(
+  ids: { uid: string; gid: string },
+  command: string,
+  cwd: string,
+  env: Record<string, string>,
+  input: string,
+): (token: string) => string {
+  const setpriv = setprivOf(ids);
+  const assignments = Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ");
+  return (token) =>
+    `{ { ${input}{ ${input ? "exec 5<&0; " : ""}read -r p _ </proc/self/stat; i=$(readlink /proc/$p/fd/1); i=\${i#pipe:[}; i=\${i%]}; ` +
+    `read -r l </proc/$p/stat; set -f; set -- \${l##*) }; set +f; echo "strata-run \${i:-none} \${20}" >&3; ` +
+    `${assignments} setsid ${setpriv} /bin/sh -c ${lineQuote(USER_START)} strata ${lineQuote(cwd)} ${lineQuote(command)} ${input ? "0<&5 5<&-" : "</dev/null"} 3>&- 2>&1 & ` +
+    `c=$!; echo "strata-pgid $c" >&3; wait $c; s=$?; ` +
+    `[ $s != 200 ] || ${setpriv} /bin/sh -c 'cd -- "$1"' strata ${lineQuote(cwd)} </dev/null >/dev/null 2>&1 3>&- || echo strata-nocwd >&3; ` +
+    `${input ? "exec 5<&-; cat >/dev/null; " : ""}echo "strata-exit $s" >&3; echo "strata-status $s" >&3; } | cat; } 2>/dev/null; ${endMarker(token)}; ${doneLine(token)}; }`;
 }
