@@ -28,6 +28,13 @@
  * session's stdin; a request whose stdin may not have been read whole (it
  * was killed before the drain) closes its session rather than let the rest
  * be read as the next request.
+ *
+ * Sessions run as root only (a session shell of an unprivileged user could
+ * be reached by that user's processes through /proc/PID/fd). The user's
+ * commands are requests on root's sessions that drop to the user for the
+ * command alone (docker.ts, droppedBody): the framing, the reports and the
+ * status are written by root, and the user's process holds no descriptor
+ * of the session's.
  */
 import { randomUUID } from "node:crypto";
 import { type Duplex, Writable } from "node:stream";

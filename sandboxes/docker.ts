@@ -1,14 +1,17 @@
 /**
  * DockerSandbox: a long-lived container (no network by default, memory,
  * CPU and process limits) with the workspace in a directory inside it.
- * Commands run under the shared wrapper (remote-command.ts). Work done as
- * root (the secret lock, the workspace set-up, and commands of a sandbox
- * whose `user` is root) runs as requests on exec sessions kept open
+ * Commands and scripts run as requests on exec sessions kept open
  * (docker-session.ts: an exec costs four daemon requests, a request on a
- * running shell a fork); an unprivileged user's commands take an exec each,
- * since a session of that user could be hijacked by the user's own
- * leftovers (reusesSessions). Files move through execs too, as raw bytes
- * on the exec's stdin and stdout, many files per exec.
+ * running shell a fork). Sessions run as root only: root's own work (the
+ * secret lock, the workspace set-up) runs there as it is, and the
+ * unprivileged user's commands and scripts are started by root, dropped to
+ * the user for the command only (droppedBody: setpriv), waited for and
+ * reported by root. A session shell of the user itself could be hijacked
+ * by the user's own leftovers (reusesSessions). An image whose setpriv
+ * cannot drop keeps an exec per command, under the shared wrapper
+ * (remote-command.ts). Uploads move through execs, as raw bytes on the
+ * exec's stdin, many files per exec.
  *
  * The container is the isolation boundary. Commands, uploads and downloads
  * run as an unprivileged user (default 65534:65534, `user` to change it),
@@ -1145,14 +1148,14 @@ function daemonError(error: unknown): StrataError {
 }
 
 /**
- * Whether work as `user` may run on a reused session. Root only: a session's
- * shell runs as the user it serves, and any process of that user (a
- * command's leftover) can open the shell's stdin through /proc/PID/fd/0 and
- * write requests it would run as its own, outside every command's group and
- * timeout, forging later answers. Root's sessions are out of an
+ * Whether work as `user` may run on a session OF THAT USER. Root only: a
+ * session's shell runs as the user it serves, and any process of that user
+ * (a command's leftover) can open the shell's stdin through /proc/PID/fd/0
+ * and write requests it would run as its own, outside every command's group
+ * and timeout, forging later answers. Root's sessions are out of an
  * unprivileged command's reach (another user's /proc fds), and a command
- * that runs as root owns the container anyway. An unprivileged user's
- * commands and scripts take an exec each.
+ * that runs as root owns the container anyway. An unprivileged user's work
+ * rides root's sessions, dropped per request (dropIds), or takes an exec each.
  */
 function reusesSessions(user: string): boolean {
   const name = user.split(":")[0];
