@@ -2,7 +2,7 @@
  * Sandboxes, measured against the benchmark section of "Sandboxes that
  * really isolate":
  * - the round trip of `execute("true")`, p50 and p99, for every sandbox
- *   (Bubblewrap p50 ≤ 3 ms, issue 14: a warm supervisor; Docker within 1.3× a raw exec of the same
+ *   (Bubblewrap p50 ≤ 3 ms, issue 14: a warm supervisor; Docker p50 ≤ 0.5× a raw exec of the same
  *   command on the same container);
  * - execute round trips per file operation of the derived sandboxes (1; edit 2);
  * - a 1000-file upload in one transfer;
@@ -52,7 +52,7 @@ import {
 
 const GLOB = "**/*.ts";
 const SERVICES_ENV = join(dirname(fileURLToPath(import.meta.url)), "..", ".services", "env");
-/** The Docker target (issue 14): Strata's p50 at most this many times a raw exec's (met only by reusing an exec session, which root's work alone does now). */
+/** The Docker target (issue 14): Strata's p50 at most this many times a raw exec's (met by running commands as requests on a root exec session, dropped to the user per request). */
 const DOCKER_MAX_OVERHEAD = 0.5;
 /** The bubblewrap target (issue 14): p50 with the default limits on, through the warm supervisor. */
 const BUBBLEWRAP_MAX_P50_MS = 3;
@@ -367,9 +367,10 @@ export const sandboxGroup: BenchGroup = {
                 "start with a hijacked stream, demultiplex, inspect for the exit code: the least any client of the Engine API does), " +
                 "not with the `docker exec` CLI, whose figure is mostly the CLI process's own start-up (a Go binary, config load, " +
                 "API version negotiation); that comparison would flatter Strata. The raw forms run `sh -c true`, since an agent's " +
-                "command is a shell string; Strata runs it under its wrapper (process group, timeout, cwd), in an exec of its own (the default " +
-                "user is unprivileged, and a session shell of that user could be hijacked by its own leftovers, so only root's work reuses " +
-                "exec sessions), after locking the files its permission rules deny (a request on a root session).",
+                "command is a shell string; Strata runs it as a request on a root exec session kept open, started by root in a process group " +
+                "of its own and dropped to the unprivileged default user for the command only (setpriv; root waits for it and reports its " +
+                "status), after locking the files its permission rules deny (a second request on a root session). An image whose setpriv " +
+                "cannot drop (BusyBox's applet has no --reuid) takes an exec per command, so its row stays near 1×.",
             ],
           }),
         );
