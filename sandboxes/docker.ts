@@ -10,8 +10,8 @@
  * reported by root. A session shell of the user itself could be hijacked
  * by the user's own leftovers (reusesSessions). An image whose setpriv
  * cannot drop keeps an exec per command, under the shared wrapper
- * (remote-command.ts). Uploads move through execs, as raw bytes on the
- * exec's stdin, many files per exec.
+ * (remote-command.ts). Uploads move as raw bytes on the stdin of one
+ * request per batch (a session's up to 1 MiB, an exec's beyond).
  *
  * The container is the isolation boundary. Commands, uploads and downloads
  * run as an unprivileged user (default 65534:65534, `user` to change it),
@@ -483,7 +483,12 @@ export class DockerSandbox extends BaseSandbox {
     run.result.catch(() => undefined);
     // Stdin given as bytes or text (not a stream) fits a session's request; a stream, or names sh cannot export, take an exec of their own.
     const inline = stdin === undefined ? new Uint8Array(0) : typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin instanceof Uint8Array ? stdin : undefined;
-    const sessionable = this.sessionsFor(this.user) && inline !== undefined && inline.length <= SESSION_STDIN_BYTES && Object.keys(env).every((name) => SH_NAME.test(name));
+    const sessionable =
+      this.sessionsFor(this.user) &&
+      inline !== undefined &&
+      inline.length <= SESSION_STDIN_BYTES &&
+      Object.keys(env).every((name) => SH_NAME.test(name)) &&
+      (reusesSessions(this.user) || Buffer.byteLength(environmentLine(env)) <= DROPPED_ENV_BYTES);
     if (sessionable) {
       const started = await this.executeInSession(command, cwd, env, inline, run, info, (fn) => (abandon = fn));
       if (started) return run.result;
@@ -573,6 +578,8 @@ export class DockerSandbox extends BaseSandbox {
       let body: (token: string) => string;
       if (ids) {
         const home = await this.userHome(session);
+        // HOME first, so the caller's own HOME (if any) wins, as in an exec's Env.
+        const environment = home === undefined ? "" : environmentLine({ HOME: home, ...env });
         if (home === undefined) {
           // The image cannot drop to the user (no setpriv with --reuid): its commands take an exec each from now on.
           this.dropUnsupported = true;
@@ -580,7 +587,7 @@ export class DockerSandbox extends BaseSandbox {
           if (attempt > 0) run.end(async () => null);
           return attempt > 0;
         }
-        body = droppedBody(ids, command, this.sandboxPath(cwd), { ...env, HOME: env.HOME ?? home }, input);
+        body = droppedBody(ids, command, this.sandboxPath(cwd), environment, input);
       } else {
         const exports = Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ");
         // The shells around the command write nothing on stderr (a job-kill notice would pass for output): the wrapper's reports and
@@ -659,8 +666,8 @@ export class DockerSandbox extends BaseSandbox {
   }
 
   /**
-   * Files go in through one exec per batch (paths in argv, bytes on stdin),
-   * run as the command user. A link in the way is refused (permission_denied),
+   * Files go in through one request per batch (paths in argv, bytes on
+   * stdin: a session's up to 1 MiB, else an exec), run as the command user. A link in the way is refused (permission_denied),
    * a link at the path itself is replaced; see UPLOAD.
    */
   protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
@@ -803,20 +810,27 @@ export class DockerSandbox extends BaseSandbox {
   /**
    * Runs argv in the container, feeding `stdin` (then end-of-file) and
    * handing stdout to `stdout` (default: collected as text); for the
-   * sandbox's own commands. Without stdin it goes through a session of the
-   * user (its stderr dropped, as here); with stdin, an exec of its own.
+   * sandbox's own commands. With stdin up to SESSION_STDIN_BYTES (or none)
+   * it goes through a session (root's, dropped to the user for the user's
+   * scripts; its stderr dropped, as here); with more, an exec of its own.
    */
   private async run(
     argv: string[],
     options: { user: string; stdin?: readonly Uint8Array[]; stdout?: Writable },
   ): Promise<{ output: string; exitCode: number | null }> {
-    if (options.stdin === undefined && this.sessionsFor(options.user)) {
+    // Stdin up to SESSION_STDIN_BYTES travels on the session after the request, read by root's dd (exactly its length).
+    const stdin = inlineStdin(options.stdin);
+    if (stdin !== undefined && this.sessionsFor(options.user)) {
       const ids = reusesSessions(options.user) ? undefined : dropIds(options.user);
+      const input = stdin.length > 0 ? `dd bs=${stdin.length} count=1 iflag=fullblock 2>/dev/null | ` : "";
+      // After the script, the rest of its stdin is drained, so the session's input stays in step whatever the script read.
+      const [redirect, drain] = stdin.length > 0 ? ["", "cat >/dev/null; "] : ["</dev/null", ""];
+      const command = argv.map(lineQuote).join(" ");
       for (let attempt = 0; attempt < 2; attempt++) {
         const pool = this.pool(ids ? ROOT : options.user);
         const session = await pool.acquire().catch(() => undefined);
         if (!session) break;
-        let script = `{ ${argv.map(lineQuote).join(" ")} </dev/null 2>/dev/null; echo "strata-status $?" >&3; }`;
+        let script = `{ ${input}{ ${command} ${redirect} 2>/dev/null; s=$?; ${drain}echo "strata-status $s" >&3; }; }`;
         if (ids) {
           const home = await this.userHome(session);
           if (home === undefined) {
@@ -824,11 +838,13 @@ export class DockerSandbox extends BaseSandbox {
             pool.release(session);
             break;
           }
-          // The user's process gets none of the session's descriptors: stdin /dev/null, stdout a pipe of its own (copied by root's
-          // cat), no stderr, no fd 3; its status comes from root's wait.
-          script = `{ { HOME=${lineQuote(home)} ${setprivOf(ids)} ${argv.map(lineQuote).join(" ")} </dev/null 2>/dev/null 3>&-; echo "strata-status $?" >&3; } | cat; } 2>/dev/null`;
+          // The user's process gets none of the session's descriptors: stdin its bytes (a pipe from root's dd) or /dev/null,
+          // stdout a pipe of its own (copied by root's cat), no stderr, no fd 3; its status comes from root's wait.
+          script =
+            `{ { ${input}{ HOME=${lineQuote(home)} ${setprivOf(ids)} ${command} ${redirect} 2>/dev/null 3>&-; s=$?; ${drain}` +
+            `echo "strata-status $s" >&3; } | cat; } 2>/dev/null; }`;
         }
-        const answer = await this.runInSession(pool, session, script, options.stdout);
+        const answer = await this.runInSession(pool, session, script, options.stdout, stdin);
         if (answer) return answer;
       }
     }
@@ -836,7 +852,13 @@ export class DockerSandbox extends BaseSandbox {
   }
 
   /** One request of `run` on a session; undefined when the session ended before the script started. */
-  private runInSession(pool: SessionPool, session: ExecSession, script: string, stdout: Writable | undefined): Promise<{ output: string; exitCode: number | null } | undefined> {
+  private runInSession(
+    pool: SessionPool,
+    session: ExecSession,
+    script: string,
+    stdout: Writable | undefined,
+    stdin: Uint8Array,
+  ): Promise<{ output: string; exitCode: number | null } | undefined> {
     this.stats.sessionRequests++;
     const chunks: Buffer[] = [];
     return new Promise((resolve, reject) => {
@@ -846,6 +868,8 @@ export class DockerSandbox extends BaseSandbox {
           stdout: (chunk) => (stdout ? stdout.write(chunk) : chunks.push(Buffer.from(chunk))),
           stderrLine: () => undefined,
           end: ({ status, received, sessionEnded }) => {
+            // Stdin not known to be read whole: the session's input may be out of step.
+            if (stdin.length > 0 && status === undefined) session.retire();
             pool.release(session);
             if (!received) return resolve(undefined);
             if (sessionEnded && status === undefined) return reject(new Error("the session ended during the script"));
@@ -853,6 +877,7 @@ export class DockerSandbox extends BaseSandbox {
             resolve({ output: Buffer.concat(chunks).toString("utf8"), exitCode: status ?? null });
           },
         },
+        stdin,
       );
     });
   }
@@ -1177,42 +1202,73 @@ function setprivOf(ids: { uid: string; gid: string }): string {
 }
 
 /**
- * `sh -c USER_START strata <cwd> <command>`: the first thing that runs as
- * the user in a dropped request. It enters the cwd as the user (so a
- * directory the user may not enter is refused as with an exec), then
- * becomes the command's shell (same PID, so the process group root started).
- * Status 200 makes root check, as the user, whether the cwd was the reason.
+ * `sh -c USER_START strata <cwd> <command>`, fd 4 a pipe holding one line:
+ * the first thing that runs as the user in a dropped request. It reads the
+ * environment line (`export NAME='value' ...`, newlines in values as
+ * "$NL") and evaluates it, so the caller's variables are interpreted by
+ * the user's shell only, never set on a process that runs as root
+ * (setsid and setpriv would honour PATH, LD_PRELOAD, LD_LIBRARY_PATH, ...).
+ * It reads the pipe from its descriptor (reopening it through /proc is
+ * refused: the pipe is root's). Then it enters the cwd as the user (so a
+ * directory the user may not enter is refused as with an exec) and
+ * becomes the command's shell (same PID, so the process group root
+ * started). Status 200 makes root check, as the user, whether the cwd was
+ * the reason.
  */
-const USER_START = `cd -- "$1" 2>/dev/null || exit 200; exec /bin/sh -c "$2"`;
+const USER_START = `NL='
+'
+IFS= read -r l <&4; exec 4<&-; eval "$l"
+cd -- "$1" 2>/dev/null || exit 200
+exec /bin/sh -c "$2"`;
+
+/** Longest environment line a dropped request carries (the user's shell reads it a byte per call); longer takes an exec. */
+const DROPPED_ENV_BYTES = 32 * 1024;
+
+/** The environment line USER_START evaluates: one `export`, every value quoted for the user's shell. */
+function environmentLine(env: Record<string, string>): string {
+  return `export ${Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ")}`;
+}
 
 /**
  * A command of the unprivileged user as a request on a root session. Root
  * does what the wrapper does for an exec, so that what the host trusts
- * comes from root: it reports the request's output pipe and start time
- * (for the kill), starts the command under setsid, dropped to the user by
- * setpriv, reports its process group, waits for it and reports its status,
- * then (once the pipe's last holder closed it) the end marker and done
- * line. The user's process holds none of the session's descriptors: its
- * stdin is its own bytes (read from the session by root's dd) or
- * /dev/null, its stdout and stderr the request's pipe, fd 3 closed. The
- * caller's text (command, cwd, env values) is quoted, never evaluated by
- * root: it is first interpreted by the user's shell. The environment is a
- * prefix of the dropped command only.
+ * comes from root: it reports the request's output pipe (its inode from
+ * fdinfo, Linux 5.14+, else readlink) and start time (for the kill),
+ * starts the command under setsid, dropped to the user by setpriv, reports
+ * its process group, waits for it and reports its status, then (once the
+ * pipe's last holder closed it) the end marker and done line. The user's
+ * process holds none of the session's descriptors: its stdin is its own
+ * bytes (read from the session by root's dd) or /dev/null, its stdout and
+ * stderr the request's pipe, fd 3 closed, fd 4 the environment line's pipe
+ * (closed once read). The caller's text (command, cwd, env values) is
+ * quoted, never evaluated by root, and no process running as root gets the
+ * caller's environment: the line travels on a pipe to the user's shell.
  */
 function droppedBody(
   ids: { uid: string; gid: string },
   command: string,
   cwd: string,
-  env: Record<string, string>,
+  environment: string,
   input: string,
 ): (token: string) => string {
   const setpriv = setprivOf(ids);
-  const assignments = Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ");
   return (token) =>
-    `{ { ${input}{ ${input ? "exec 5<&0; " : ""}read -r p _ </proc/self/stat; i=$(readlink /proc/$p/fd/1); i=\${i#pipe:[}; i=\${i%]}; ` +
+    `{ { ${input}{ ${input ? "exec 5<&0; " : ""}read -r p _ </proc/self/stat; i=; while read -r k v; do [ "$k" != ino: ] || i=$v; done </proc/$p/fdinfo/1; ` +
+    `[ -n "$i" ] || { i=$(readlink /proc/$p/fd/1); i=\${i#pipe:[}; i=\${i%]}; }; ` +
     `read -r l </proc/$p/stat; set -f; set -- \${l##*) }; set +f; echo "strata-run \${i:-none} \${20}" >&3; ` +
-    `${assignments} setsid ${setpriv} /bin/sh -c ${lineQuote(USER_START)} strata ${lineQuote(cwd)} ${lineQuote(command)} ${input ? "0<&5 5<&-" : "</dev/null"} 3>&- 2>&1 & ` +
-    `c=$!; echo "strata-pgid $c" >&3; wait $c; s=$?; ` +
+    `printf '%s\n' ${lineQuote(environment)} | { exec 4<&0 </dev/null; ` +
+    `setsid ${setpriv} /bin/sh -c ${lineQuote(USER_START)} strata ${lineQuote(cwd)} ${lineQuote(command)} ${input ? "0<&5 5<&-" : "</dev/null"} 3>&- 2>&1 & ` +
+    `c=$!; exec 4<&-; echo "strata-pgid $c" >&3; wait $c; s=$?; ` +
     `[ $s != 200 ] || ${setpriv} /bin/sh -c 'cd -- "$1"' strata ${lineQuote(cwd)} </dev/null >/dev/null 2>&1 3>&- || echo strata-nocwd >&3; ` +
-    `${input ? "exec 5<&-; cat >/dev/null; " : ""}echo "strata-exit $s" >&3; echo "strata-status $s" >&3; } | cat; } 2>/dev/null; ${endMarker(token)}; ${doneLine(token)}; }`;
+    `echo "strata-exit $s" >&3; echo "strata-status $s" >&3; }; ${input ? "exec 5<&-; cat >/dev/null; " : ""}} | cat; } 2>/dev/null; ` +
+    `${endMarker(token)}; ${doneLine(token)}; }`;
+}
+
+/** A script's stdin as one buffer when it is small enough to ride a session (none: empty), else undefined (an exec of its own). */
+function inlineStdin(parts: readonly Uint8Array[] | undefined): Uint8Array | undefined {
+  if (parts === undefined) return new Uint8Array(0);
+  let total = 0;
+  for (const part of parts) total += part.length;
+  if (total > SESSION_STDIN_BYTES) return undefined;
+  return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
 }

@@ -135,6 +135,24 @@ for (const [flavour, image] of Object.entries(images)) {
       expect(made.output).toBe(`65534 cmd-${tag}\n`);
     });
 
+    it("the caller's environment reaches the dropped command only, never a process run as root (PATH, LD_PRELOAD)", async () => {
+      const native = await shared.fresh();
+      const sandbox = toSeedProtocol(native);
+      const tag = `${Math.floor(Math.random() * 1e6)}`;
+      // Impostors of what root runs on the way to the drop, each leaving a mark with the uid it ran as.
+      await sandbox.execute(
+        `mkdir -p bin && for n in setsid setpriv sh env cat readlink dd; do printf '#!/bin/sh\\nid -u > /tmp/impostor-${tag}-%s-$(id -u)\\nexec /usr/bin/%s "$@"\\n' $n $n > bin/$n; chmod +x bin/$n; done`,
+      );
+      const answer = await sandbox.execute("id -u; echo $V", {
+        env: { PATH: `${native.workspace}/bin:/usr/bin:/bin`, LD_PRELOAD: `/nonexistent-${tag}.so`, LD_LIBRARY_PATH: native.workspace, V: "seen" },
+        stdin: "x",
+      });
+      expect(answer.exitCode).toBe(0);
+      expect(answer.output).toMatch(/65534\nseen\n$/);
+      const marks = await sandbox.execute(`ls /tmp | grep impostor-${tag} || true`);
+      expect(marks.output.split("\n").filter((line) => line.endsWith("-0"))).toEqual([]);
+    });
+
     it("runs 12 concurrent commands of the user side by side, each answered with its own output and status", async () => {
       const native = await shared.fresh();
       const started = Date.now();
@@ -175,6 +193,28 @@ for (const [flavour, image] of Object.entries(images)) {
       expect((await sandbox.execute("exit 200")).exitCode).toBe(200);
     });
 
+    it("uploads a small batch on a session and a big one through an exec, both as the user, byte for byte", async () => {
+      const native = await shared.fresh({ quota: false });
+      const drops = await canDrop(native);
+      const ws = native.workspace;
+      const small = Uint8Array.from({ length: 4096 }, (_, i) => (i * 7) % 256);
+      const big = Uint8Array.from({ length: 1536 * 1024 }, (_, i) => (i * 13) % 256);
+      let before = { ...native.stats };
+      expect(await toSeedProtocol(native).uploadFiles([[`${ws}/s/a.bin`, small], [`${ws}/s/b.bin`, small.subarray(1)]])).toEqual([
+        { path: `${ws}/s/a.bin`, error: null },
+        { path: `${ws}/s/b.bin`, error: null },
+      ]);
+      if (drops) expect(native.stats.execs - before.execs).toBe(0);
+      before = { ...native.stats };
+      expect((await toSeedProtocol(native).uploadFiles([[`${ws}/big.bin`, big]]))[0]!.error).toBeNull();
+      expect(native.stats.execs - before.execs).toBe(1);
+      const back = await toSeedProtocol(native).downloadFiles([`${ws}/s/a.bin`, `${ws}/s/b.bin`, `${ws}/big.bin`]);
+      expect(back.map((r) => Buffer.from(r.content!).equals(Buffer.from(r.path.endsWith("big.bin") ? big : r.path.endsWith("a.bin") ? small : small.subarray(1))))).toEqual([true, true, true]);
+      expect((await toSeedProtocol(native).execute("stat -c %u s/a.bin big.bin")).output).toBe("65534\n65534\n");
+      // The session is in step after the bytes: the next command and upload answer as they should.
+      expect((await toSeedProtocol(native).execute("echo next")).output).toBe("next\n");
+    });
+
     it("keeps an exec per command where the image cannot drop to the user", async () => {
       if (flavour !== "gnu") {
         // BusyBox's setpriv has no --reuid: the user's commands already take an exec each.
@@ -185,10 +225,10 @@ for (const [flavour, image] of Object.entries(images)) {
         expect(native.stats.execs - before.execs).toBe(1);
         return;
       }
-      // The GNU image without its setpriv (moved away by root in a container of its own).
+      // The GNU image without its setpriv (moved away by root in a container of its own; an image built before setpriv was added has none).
       const root = await DockerSandbox.create({ image, docker: socket, labels: TEST_LABELS, user: "0:0", readOnlyRoot: false, permissions: false });
       try {
-        expect((await toSeedProtocol(root).execute("mv /usr/bin/setpriv /usr/bin/setpriv.away && echo moved")).output).toBe("moved\n");
+        expect((await toSeedProtocol(root).execute("[ ! -e /usr/bin/setpriv ] || mv /usr/bin/setpriv /usr/bin/setpriv.away; command -v setpriv || echo gone")).output).toBe("gone\n");
         const native = await DockerSandbox.attach(root.id, { docker: socket, workspace: "/workspace" });
         try {
           const sandbox = toSeedProtocol(native);
