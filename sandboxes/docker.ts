@@ -1239,7 +1239,8 @@ function environmentLine(env: Record<string, string>): string {
  * pipe's last holder closed it) the end marker and done line. The user's
  * process holds none of the session's descriptors: its stdin is its own
  * bytes (read from the session by root's dd) or /dev/null, its stdout and
- * stderr the request's pipe, fd 3 closed, fd 4 the environment line's pipe
+ * stderr the request's pipe (both pipes handed to the user, as runc hands
+ * an exec's stdio), fd 3 closed, fd 4 the environment line's pipe
  * (closed once read). The caller's text (command, cwd, env values) is
  * quoted, never evaluated by root, and no process running as root gets the
  * caller's environment: the line travels on a pipe to the user's shell.
@@ -1256,11 +1257,16 @@ function droppedBody(
     `{ { ${input}{ ${input ? "exec 5<&0; " : ""}read -r p _ </proc/self/stat; i=; while read -r k v; do [ "$k" != ino: ] || i=$v; done </proc/$p/fdinfo/1; ` +
     `[ -n "$i" ] || { i=$(readlink /proc/$p/fd/1); i=\${i#pipe:[}; i=\${i%]}; }; ` +
     `read -r l </proc/$p/stat; set -f; set -- \${l##*) }; set +f; echo "strata-run \${i:-none} \${20}" >&3; ` +
+    // The command's pipes become the user's, as runc makes an exec's stdio (uid only), so /dev/stdout, /dev/stderr and
+    // /dev/stdin open for it as they do in an exec (a pipe is reopened through /proc with its inode's permissions).
+    `chown ${ids.uid} /proc/self/fd/1${input ? " /proc/self/fd/0" : ""} 2>/dev/null; ` +
     `printf '%s\n' ${lineQuote(environment)} | { exec 4<&0 </dev/null; ` +
     `setsid ${setpriv} /bin/sh -c ${lineQuote(USER_START)} strata ${lineQuote(cwd)} ${lineQuote(command)} ${input ? "0<&5 5<&-" : "</dev/null"} 3>&- 2>&1 & ` +
     `c=$!; exec 4<&-; echo "strata-pgid $c" >&3; wait $c; s=$?; ` +
     `[ $s != 200 ] || ${setpriv} /bin/sh -c 'cd -- "$1"' strata ${lineQuote(cwd)} </dev/null >/dev/null 2>&1 3>&- || echo strata-nocwd >&3; ` +
-    `echo "strata-exit $s" >&3; echo "strata-status $s" >&3; }; ${input ? "exec 5<&-; cat >/dev/null; " : ""}} | cat; } 2>/dev/null; ` +
+    // The rest of the command's stdin is drained before its exit is reported (dd has read it whole from the session, so the
+    // session's input is in step): from the exit report to the end, only exits remain, well inside the kill's grace period.
+    `${input ? "cat <&5 >/dev/null; exec 5<&-; " : ""}echo "strata-exit $s" >&3; echo "strata-status $s" >&3; }; ${input ? "exec 5<&-; " : ""}} | cat; } 2>/dev/null; ` +
     `${endMarker(token)}; ${doneLine(token)}; }`;
 }
 

@@ -58,6 +58,9 @@ for (const [flavour, image] of Object.entries(images)) {
       // The command's descriptors: its stdin, its output pipe twice, and what ls opens; nothing of the session's.
       const fds = await toSeedProtocol(native).execute("ls /proc/self/fd | tr '\\n' ' '");
       expect(fds.output).toBe("0 1 2 3 ");
+      // Reopened by name, as scripts do: the pipes are the user's, as runc makes an exec's.
+      const reopened = "echo out > /dev/stdout; echo err > /dev/stderr; cat /dev/stdin; stat -L -c %u /proc/self/fd/0 /proc/self/fd/1";
+      expect((await toSeedProtocol(native).execute(reopened, { stdin: "in\n" })).output).toBe("out\nerr\nin\n65534\n65534\n");
       const kinds = await toSeedProtocol(native).execute("for f in 0 1 2; do readlink /proc/self/fd/$f; done", { stdin: "x" });
       const [stdin, out, err] = kinds.output.trim().split("\n");
       expect(stdin).toMatch(/^pipe:/);
