@@ -156,6 +156,22 @@ for (const [flavour, image] of Object.entries(images)) {
       expect(marks.output.split("\n").filter((line) => line.endsWith("-0"))).toEqual([]);
     });
 
+    it("an environment too long for a dropped request's line takes an exec, and arrives whole either way", async () => {
+      const native = await shared.fresh();
+      const drops = await canDrop(native);
+      await native.execute("true");
+      const long = `a'b"c$(x)\n`.repeat(4000);
+      for (const [value, viaExec] of [
+        ["short\nwith 'quotes' and $(x)", false],
+        [long, true],
+      ] as const) {
+        const before = { ...native.stats };
+        const answer = await toSeedProtocol(native).execute('printf %s "$V" | wc -c', { env: { V: value } });
+        expect(answer.output.trim()).toBe(String(Buffer.byteLength(value)));
+        if (drops) expect(native.stats.execs - before.execs).toBe(viaExec ? 1 : 0);
+      }
+    });
+
     it("runs 12 concurrent commands of the user side by side, each answered with its own output and status", async () => {
       const native = await shared.fresh();
       const started = Date.now();
