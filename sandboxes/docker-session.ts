@@ -28,6 +28,13 @@
  * session's stdin; a request whose stdin may not have been read whole (it
  * was killed before the drain) closes its session rather than let the rest
  * be read as the next request.
+ *
+ * Sessions run as root only (a session shell of an unprivileged user could
+ * be reached by that user's processes through /proc/PID/fd). The user's
+ * commands are requests on root's sessions that drop to the user for the
+ * command alone (docker.ts, droppedBody): the framing, the reports and the
+ * status are written by root, and the user's process holds no descriptor
+ * of the session's.
  */
 import { randomUUID } from "node:crypto";
 import { type Duplex, Writable } from "node:stream";
@@ -46,16 +53,29 @@ const IDLE_MS = 30_000;
 const OPEN_TIMEOUT_MS = 10_000;
 
 /**
- * `sh -c SUPERVISOR strata-session <wrapper>`: says whether it can run
- * commands (setsid is how each gets a process group of its own), then runs
- * requests until its stdin ends. Fd 3 is the session's stderr, where the
- * requests' reports go (a request's own stderr may be silenced).
+ * `sh -c SUPERVISOR strata-session <wrapper> [<uid>]`: says whether it can
+ * run commands (setsid is how each gets a process group of its own) and,
+ * given the uid of an unprivileged user, whether it can drop to that user
+ * per request (setpriv with --reuid, as util-linux has it; BusyBox's applet
+ * lacks it) and the home directory Docker would give that uid (its first
+ * /etc/passwd entry's, "/" without one), then runs requests until its stdin
+ * ends. Fd 3 is the session's stderr, where the requests' reports go (a
+ * request's own stderr may be silenced). Ready line: "strata-session ready"
+ * or "strata-session ready setpriv <home>".
  */
 const SUPERVISOR = `NL='
 '
 WRAP=$1
 exec 3>&2
-if command -v setsid >/dev/null 2>&1; then echo "strata-session ready" >&2; else echo "strata-session nosetsid" >&2; exit 0; fi
+command -v setsid >/dev/null 2>&1 || { echo "strata-session nosetsid" >&2; exit 0; }
+if [ -n "$2" ] && setpriv --reuid=0 --regid=0 --groups=0 -- true </dev/null >/dev/null 2>&1; then
+  H=/
+  if [ -r /etc/passwd ]; then while IFS=: read -r _ _ u _ _ h _; do [ "$u" = "$2" ] && { H=$h; break; }; done </etc/passwd; fi
+  echo "strata-session ready setpriv $H" >&2
+else
+  echo "strata-session ready" >&2
+fi
+unset H u h
 while IFS= read -r q; do
   case $q in
     N*) q=$(dd bs="\${q#N}" count=1 iflag=fullblock 2>/dev/null) ;;
@@ -93,6 +113,12 @@ export class ExecSession {
   private stderrPartial = "";
   /** Set until the supervisor's first line: true ready, false no setsid, undefined it never answered. */
   private ready: ((ok: boolean | undefined) => void) | undefined;
+  /**
+   * The home directory Docker gives the user a root session was opened for
+   * (`open`'s `dropUid`), when the session can drop to that user per request
+   * (setpriv); undefined when it cannot (the user's work then takes an exec each).
+   */
+  dropHome: string | undefined;
 
   private constructor(private readonly stream: Duplex) {}
 
@@ -101,9 +127,9 @@ export class ExecSession {
    * (no setsid); throws when the exec cannot start or its shell does not
    * answer (a full process table, a stopped container).
    */
-  static async open(client: Docker, container: Docker.Container, user: string, wrapper: string): Promise<ExecSession | "unsupported"> {
+  static async open(client: Docker, container: Docker.Container, user: string, wrapper: string, dropUid?: string): Promise<ExecSession | "unsupported"> {
     const exec = await container.exec({
-      Cmd: ["/bin/sh", "-c", SUPERVISOR, "strata-session", wrapper],
+      Cmd: ["/bin/sh", "-c", SUPERVISOR, "strata-session", wrapper, ...(dropUid === undefined ? [] : [dropUid])],
       User: user,
       AttachStdin: true,
       AttachStdout: true,
@@ -217,7 +243,9 @@ export class ExecSession {
       if (line.startsWith("strata-session ")) {
         const ready = this.ready;
         this.ready = undefined;
-        ready(line === "strata-session ready");
+        const setpriv = "strata-session ready setpriv ";
+        if (line.startsWith(setpriv)) this.dropHome = line.slice(setpriv.length);
+        ready(line === "strata-session ready" || line.startsWith(setpriv));
       }
       return;
     }

@@ -1,14 +1,17 @@
 /**
  * DockerSandbox: a long-lived container (no network by default, memory,
  * CPU and process limits) with the workspace in a directory inside it.
- * Commands run under the shared wrapper (remote-command.ts). Work done as
- * root (the secret lock, the workspace set-up, and commands of a sandbox
- * whose `user` is root) runs as requests on exec sessions kept open
+ * Commands and scripts run as requests on exec sessions kept open
  * (docker-session.ts: an exec costs four daemon requests, a request on a
- * running shell a fork); an unprivileged user's commands take an exec each,
- * since a session of that user could be hijacked by the user's own
- * leftovers (reusesSessions). Files move through execs too, as raw bytes
- * on the exec's stdin and stdout, many files per exec.
+ * running shell a fork). Sessions run as root only: root's own work (the
+ * secret lock, the workspace set-up) runs there as it is, and the
+ * unprivileged user's commands and scripts are started by root, dropped to
+ * the user for the command only (droppedBody: setpriv), waited for and
+ * reported by root. A session shell of the user itself could be hijacked
+ * by the user's own leftovers (reusesSessions). An image whose setpriv
+ * cannot drop keeps an exec per command, under the shared wrapper
+ * (remote-command.ts). Uploads move as raw bytes on the stdin of one
+ * request per batch (a session's up to 1 MiB, an exec's beyond).
  *
  * The container is the isolation boundary. Commands, uploads and downloads
  * run as an unprivileged user (default 65534:65534, `user` to change it),
@@ -338,6 +341,10 @@ export class DockerSandbox extends BaseSandbox {
   private readonly kills = new Set<Promise<void>>();
   /** Reused exec sessions (docker-session.ts), per user. */
   private readonly pools = new Map<string, SessionPool>();
+  /** Set once a root session reported it cannot drop to the user (no setpriv --reuid): the user's work takes an exec each. */
+  private dropUnsupported = false;
+  /** The HOME the container's configuration sets ("" for none), looked up once, for dropped requests. */
+  private imageHome: Promise<string> | undefined;
 
   private constructor(
     /** The Dockerode client: the escape hatch to anything this class does not cover. */
@@ -476,7 +483,12 @@ export class DockerSandbox extends BaseSandbox {
     run.result.catch(() => undefined);
     // Stdin given as bytes or text (not a stream) fits a session's request; a stream, or names sh cannot export, take an exec of their own.
     const inline = stdin === undefined ? new Uint8Array(0) : typeof stdin === "string" ? new TextEncoder().encode(stdin) : stdin instanceof Uint8Array ? stdin : undefined;
-    const sessionable = reusesSessions(this.user) && inline !== undefined && inline.length <= SESSION_STDIN_BYTES && Object.keys(env).every((name) => SH_NAME.test(name));
+    const sessionable =
+      this.sessionsFor(this.user) &&
+      inline !== undefined &&
+      inline.length <= SESSION_STDIN_BYTES &&
+      Object.keys(env).every((name) => SH_NAME.test(name)) &&
+      (reusesSessions(this.user) || Buffer.byteLength(environmentLine(env)) <= DROPPED_ENV_BYTES);
     if (sessionable) {
       const started = await this.executeInSession(command, cwd, env, inline, run, info, (fn) => (abandon = fn));
       if (started) return run.result;
@@ -547,14 +559,9 @@ export class DockerSandbox extends BaseSandbox {
     info: RunInfo,
     setAbandon: (abandon: () => void) => void,
   ): Promise<boolean> {
-    const pool = this.pool(this.user);
-    const exports = Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ");
+    const ids = dropIds(this.user);
+    const pool = this.pool(ids ? ROOT : this.user);
     const input = stdin.length > 0 ? `dd bs=${stdin.length} count=1 iflag=fullblock 2>/dev/null | ` : "";
-    // The shells around the command write nothing on stderr (a job-kill notice would pass for output): the wrapper's reports and
-    // the status go to the session's stderr through fd 3, which the supervisor opened on it.
-    const body = (token: string) =>
-      `{ { ${input}{ ( export ${exports}; exec setsid /bin/sh -c "$WRAP" strata ${lineQuote(this.sandboxPath(cwd))} ${lineQuote(command)} 2>&3 )${input ? "" : " </dev/null"}; ` +
-      `s=$?; ${input ? "cat >/dev/null; " : ""}echo "strata-status $s" >&3; } | cat; } 2>/dev/null; ${endMarker(token)}; ${doneLine(token)}; }`;
     const start = async (attempt: number): Promise<boolean> => {
       let session: ExecSession | undefined;
       try {
@@ -567,6 +574,27 @@ export class DockerSandbox extends BaseSandbox {
       if (!session) {
         if (attempt > 0) run.end(async () => null);
         return attempt > 0;
+      }
+      let body: (token: string) => string;
+      if (ids) {
+        const home = await this.userHome(session);
+        // HOME first, so the caller's own HOME (if any) wins, as in an exec's Env.
+        const environment = home === undefined ? "" : environmentLine({ HOME: home, ...env });
+        if (home === undefined) {
+          // The image cannot drop to the user (no setpriv with --reuid): its commands take an exec each from now on.
+          this.dropUnsupported = true;
+          pool.release(session);
+          if (attempt > 0) run.end(async () => null);
+          return attempt > 0;
+        }
+        body = droppedBody(ids, command, this.sandboxPath(cwd), environment, input);
+      } else {
+        const exports = Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ");
+        // The shells around the command write nothing on stderr (a job-kill notice would pass for output): the wrapper's reports and
+        // the status go to the session's stderr through fd 3, which the supervisor opened on it.
+        body = (token: string) =>
+          `{ { ${input}{ ( export ${exports}; exec setsid /bin/sh -c "$WRAP" strata ${lineQuote(this.sandboxPath(cwd))} ${lineQuote(command)} 2>&3 )${input ? "" : " </dev/null"}; ` +
+          `s=$?; ${input ? "cat >/dev/null; " : ""}echo "strata-status $s" >&3; } | cat; } 2>/dev/null; ${endMarker(token)}; ${doneLine(token)}; }`;
       }
       const current = session;
       setAbandon(() => current.destroy());
@@ -602,22 +630,44 @@ export class DockerSandbox extends BaseSandbox {
     return start(0);
   }
 
-  /** The session pool of one user. */
+  /** The session pool of one user. Root's sessions also look up how to drop to `user` (dropIds), for the user's work. */
   private pool(user: string): SessionPool {
     let pool = this.pools.get(user);
     if (!pool) {
+      const dropUid = user === ROOT ? dropIds(this.user)?.uid : undefined;
       pool = new SessionPool(async () => {
         this.stats.execs++;
-        return ExecSession.open(this.client, this.container, user, PRELUDE + WRAPPER);
+        return ExecSession.open(this.client, this.container, user, PRELUDE + WRAPPER, dropUid);
       });
       this.pools.set(user, pool);
     }
     return pool;
   }
 
+  /** Whether work as `user` may ride a session: root's always, an unprivileged user's on a root session dropping to it (until the image turns out unable to). */
+  private sessionsFor(user: string): boolean {
+    if (reusesSessions(user)) return true;
+    return user === this.user && dropIds(user) !== undefined && !this.dropUnsupported;
+  }
+
   /**
-   * Files go in through one exec per batch (paths in argv, bytes on stdin),
-   * run as the command user. A link in the way is refused (permission_denied),
+   * The HOME an exec as the user gets, which a dropped request sets (setpriv
+   * keeps root's): the image's HOME when its configuration sets one, else
+   * the home of the uid's /etc/passwd entry, else "/" (what runc does).
+   * Undefined when the session cannot drop.
+   */
+  private async userHome(session: ExecSession): Promise<string | undefined> {
+    if (session.dropHome === undefined) return undefined;
+    this.imageHome ??= this.container.inspect().then(
+      (info) => (info.Config.Env ?? []).filter((entry) => entry.startsWith("HOME=")).map((entry) => entry.slice(5)).pop() ?? "",
+      () => "",
+    );
+    return (await this.imageHome) || session.dropHome;
+  }
+
+  /**
+   * Files go in through one request per batch (paths in argv, bytes on
+   * stdin: a session's up to 1 MiB, else an exec), run as the command user. A link in the way is refused (permission_denied),
    * a link at the path itself is replaced; see UPLOAD.
    */
   protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
@@ -760,19 +810,41 @@ export class DockerSandbox extends BaseSandbox {
   /**
    * Runs argv in the container, feeding `stdin` (then end-of-file) and
    * handing stdout to `stdout` (default: collected as text); for the
-   * sandbox's own commands. Without stdin it goes through a session of the
-   * user (its stderr dropped, as here); with stdin, an exec of its own.
+   * sandbox's own commands. With stdin up to SESSION_STDIN_BYTES (or none)
+   * it goes through a session (root's, dropped to the user for the user's
+   * scripts; its stderr dropped, as here); with more, an exec of its own.
    */
   private async run(
     argv: string[],
     options: { user: string; stdin?: readonly Uint8Array[]; stdout?: Writable },
   ): Promise<{ output: string; exitCode: number | null }> {
-    if (options.stdin === undefined && reusesSessions(options.user)) {
+    // Stdin up to SESSION_STDIN_BYTES travels on the session after the request, read by root's dd (exactly its length).
+    const stdin = inlineStdin(options.stdin);
+    if (stdin !== undefined && this.sessionsFor(options.user)) {
+      const ids = reusesSessions(options.user) ? undefined : dropIds(options.user);
+      const input = stdin.length > 0 ? `dd bs=${stdin.length} count=1 iflag=fullblock 2>/dev/null | ` : "";
+      // After the script, the rest of its stdin is drained, so the session's input stays in step whatever the script read.
+      const [redirect, drain] = stdin.length > 0 ? ["", "cat >/dev/null; "] : ["</dev/null", ""];
+      const command = argv.map(lineQuote).join(" ");
       for (let attempt = 0; attempt < 2; attempt++) {
-        const pool = this.pool(options.user);
+        const pool = this.pool(ids ? ROOT : options.user);
         const session = await pool.acquire().catch(() => undefined);
         if (!session) break;
-        const answer = await this.runInSession(pool, session, argv, options.stdout);
+        let script = `{ ${input}{ ${command} ${redirect} 2>/dev/null; s=$?; ${drain}echo "strata-status $s" >&3; }; }`;
+        if (ids) {
+          const home = await this.userHome(session);
+          if (home === undefined) {
+            this.dropUnsupported = true;
+            pool.release(session);
+            break;
+          }
+          // The user's process gets none of the session's descriptors: stdin its bytes (a pipe from root's dd) or /dev/null,
+          // stdout a pipe of its own (copied by root's cat), no stderr, no fd 3; its status comes from root's wait.
+          script =
+            `{ { ${input}{ HOME=${lineQuote(home)} ${setprivOf(ids)} ${command} ${redirect} 2>/dev/null 3>&-; s=$?; ${drain}` +
+            `echo "strata-status $s" >&3; } | cat; } 2>/dev/null; }`;
+        }
+        const answer = await this.runInSession(pool, session, script, options.stdout, stdin);
         if (answer) return answer;
       }
     }
@@ -780,16 +852,24 @@ export class DockerSandbox extends BaseSandbox {
   }
 
   /** One request of `run` on a session; undefined when the session ended before the script started. */
-  private runInSession(pool: SessionPool, session: ExecSession, argv: string[], stdout: Writable | undefined): Promise<{ output: string; exitCode: number | null } | undefined> {
+  private runInSession(
+    pool: SessionPool,
+    session: ExecSession,
+    script: string,
+    stdout: Writable | undefined,
+    stdin: Uint8Array,
+  ): Promise<{ output: string; exitCode: number | null } | undefined> {
     this.stats.sessionRequests++;
     const chunks: Buffer[] = [];
     return new Promise((resolve, reject) => {
       session.send(
-        (token) => `{ ${argv.map(lineQuote).join(" ")} </dev/null 2>/dev/null; echo "strata-status $?" >&3; ${endMarker(token)}; ${doneLine(token)}; }`,
+        (token) => `{ ${script}; ${endMarker(token)}; ${doneLine(token)}; }`,
         {
           stdout: (chunk) => (stdout ? stdout.write(chunk) : chunks.push(Buffer.from(chunk))),
           stderrLine: () => undefined,
           end: ({ status, received, sessionEnded }) => {
+            // Stdin not known to be read whole: the session's input may be out of step.
+            if (stdin.length > 0 && status === undefined) session.retire();
             pool.release(session);
             if (!received) return resolve(undefined);
             if (sessionEnded && status === undefined) return reject(new Error("the session ended during the script"));
@@ -797,6 +877,7 @@ export class DockerSandbox extends BaseSandbox {
             resolve({ output: Buffer.concat(chunks).toString("utf8"), exitCode: status ?? null });
           },
         },
+        stdin,
       );
     });
   }
@@ -1092,16 +1173,108 @@ function daemonError(error: unknown): StrataError {
 }
 
 /**
- * Whether work as `user` may run on a reused session. Root only: a session's
- * shell runs as the user it serves, and any process of that user (a
- * command's leftover) can open the shell's stdin through /proc/PID/fd/0 and
- * write requests it would run as its own, outside every command's group and
- * timeout, forging later answers. Root's sessions are out of an
+ * Whether work as `user` may run on a session OF THAT USER. Root only: a
+ * session's shell runs as the user it serves, and any process of that user
+ * (a command's leftover) can open the shell's stdin through /proc/PID/fd/0
+ * and write requests it would run as its own, outside every command's group
+ * and timeout, forging later answers. Root's sessions are out of an
  * unprivileged command's reach (another user's /proc fds), and a command
- * that runs as root owns the container anyway. An unprivileged user's
- * commands and scripts take an exec each.
+ * that runs as root owns the container anyway. An unprivileged user's work
+ * rides root's sessions, dropped per request (dropIds), or takes an exec each.
  */
 function reusesSessions(user: string): boolean {
   const name = user.split(":")[0];
   return name === "0" || name === "root";
+}
+
+/** A numeric "uid:gid" (uid not 0) that root can drop to per request; "uid" alone takes Docker's passwd lookup (group, supplementary groups), so an exec. */
+function dropIds(user: string): { uid: string; gid: string } | undefined {
+  const match = /^(\d+):(\d+)$/.exec(user);
+  if (!match) return undefined;
+  const [uid, gid] = [Number(match[1]), Number(match[2])];
+  if (uid === 0 || uid > 0xfffffffe || gid > 0xfffffffe) return undefined;
+  return { uid: String(uid), gid: String(gid) };
+}
+
+/** Drops to the ids as Docker's exec of "uid:gid" sets them: real, effective and saved ids, the group as the only supplementary one (capabilities go with uid 0). */
+function setprivOf(ids: { uid: string; gid: string }): string {
+  return `setpriv --reuid=${ids.uid} --regid=${ids.gid} --groups=${ids.gid} --`;
+}
+
+/**
+ * `sh -c USER_START strata <cwd> <command>`, fd 4 a pipe holding one line:
+ * the first thing that runs as the user in a dropped request. It reads the
+ * environment line (`export NAME='value' ...`, newlines in values as
+ * "$NL") and evaluates it, so the caller's variables are interpreted by
+ * the user's shell only, never set on a process that runs as root
+ * (setsid and setpriv would honour PATH, LD_PRELOAD, LD_LIBRARY_PATH, ...).
+ * It reads the pipe from its descriptor (reopening it through /proc is
+ * refused: the pipe is root's). Then it enters the cwd as the user (so a
+ * directory the user may not enter is refused as with an exec) and
+ * becomes the command's shell (same PID, so the process group root
+ * started). Status 200 makes root check, as the user, whether the cwd was
+ * the reason.
+ */
+const USER_START = `NL='
+'
+IFS= read -r l <&4; exec 4<&-; eval "$l"
+cd -- "$1" 2>/dev/null || exit 200
+exec /bin/sh -c "$2"`;
+
+/** Longest environment line a dropped request carries (the user's shell reads it a byte per call); longer takes an exec. */
+const DROPPED_ENV_BYTES = 32 * 1024;
+
+/** The environment line USER_START evaluates: one `export`, every value quoted for the user's shell. */
+function environmentLine(env: Record<string, string>): string {
+  return `export ${Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ")}`;
+}
+
+/**
+ * A command of the unprivileged user as a request on a root session. Root
+ * does what the wrapper does for an exec, so that what the host trusts
+ * comes from root: it reports the request's output pipe (its inode from
+ * fdinfo, Linux 5.14+, else readlink) and start time (for the kill),
+ * starts the command under setsid, dropped to the user by setpriv, reports
+ * its process group, waits for it and reports its status, then (once the
+ * pipe's last holder closed it) the end marker and done line. The user's
+ * process holds none of the session's descriptors: its stdin is its own
+ * bytes (read from the session by root's dd) or /dev/null, its stdout and
+ * stderr the request's pipe (both pipes handed to the user, as runc hands
+ * an exec's stdio), fd 3 closed, fd 4 the environment line's pipe
+ * (closed once read). The caller's text (command, cwd, env values) is
+ * quoted, never evaluated by root, and no process running as root gets the
+ * caller's environment: the line travels on a pipe to the user's shell.
+ */
+function droppedBody(
+  ids: { uid: string; gid: string },
+  command: string,
+  cwd: string,
+  environment: string,
+  input: string,
+): (token: string) => string {
+  const setpriv = setprivOf(ids);
+  return (token) =>
+    `{ { ${input}{ ${input ? "exec 5<&0; " : ""}read -r p _ </proc/self/stat; i=; while read -r k v; do [ "$k" != ino: ] || i=$v; done </proc/$p/fdinfo/1; ` +
+    `[ -n "$i" ] || { i=$(readlink /proc/$p/fd/1); i=\${i#pipe:[}; i=\${i%]}; }; ` +
+    `read -r l </proc/$p/stat; set -f; set -- \${l##*) }; set +f; echo "strata-run \${i:-none} \${20}" >&3; ` +
+    // The command's pipes become the user's, as runc makes an exec's stdio (uid only), so /dev/stdout, /dev/stderr and
+    // /dev/stdin open for it as they do in an exec (a pipe is reopened through /proc with its inode's permissions).
+    `chown ${ids.uid} /proc/self/fd/1${input ? " /proc/self/fd/0" : ""} 2>/dev/null; ` +
+    `printf '%s\n' ${lineQuote(environment)} | { exec 4<&0 </dev/null; ` +
+    `setsid ${setpriv} /bin/sh -c ${lineQuote(USER_START)} strata ${lineQuote(cwd)} ${lineQuote(command)} ${input ? "0<&5 5<&-" : "</dev/null"} 3>&- 2>&1 & ` +
+    `c=$!; exec 4<&-; echo "strata-pgid $c" >&3; wait $c; s=$?; ` +
+    `[ $s != 200 ] || ${setpriv} /bin/sh -c 'cd -- "$1"' strata ${lineQuote(cwd)} </dev/null >/dev/null 2>&1 3>&- || echo strata-nocwd >&3; ` +
+    // The rest of the command's stdin is drained before its exit is reported (dd has read it whole from the session, so the
+    // session's input is in step): from the exit report to the end, only exits remain, well inside the kill's grace period.
+    `${input ? "cat <&5 >/dev/null; exec 5<&-; " : ""}echo "strata-exit $s" >&3; echo "strata-status $s" >&3; }; ${input ? "exec 5<&-; " : ""}} | cat; } 2>/dev/null; ` +
+    `${endMarker(token)}; ${doneLine(token)}; }`;
+}
+
+/** A script's stdin as one buffer when it is small enough to ride a session (none: empty), else undefined (an exec of its own). */
+function inlineStdin(parts: readonly Uint8Array[] | undefined): Uint8Array | undefined {
+  if (parts === undefined) return new Uint8Array(0);
+  let total = 0;
+  for (const part of parts) total += part.length;
+  if (total > SESSION_STDIN_BYTES) return undefined;
+  return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
 }

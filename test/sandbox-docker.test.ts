@@ -236,19 +236,19 @@ for (const [flavour, image] of Object.entries(images)) {
         });
       });
 
-      it("keeps no session of an unprivileged user: a leftover of its commands cannot inject requests into later ones", async () => {
+      it("a leftover of an unprivileged user's commands cannot inject requests into any session (root's also runs that user's commands)", async () => {
         const native = await shared.fresh();
         await native.execute("true");
-        const before = { ...native.stats };
-        // A leftover tries every session shell it can find, root's included, as the reviewer's attack did.
+        // A leftover tries every session shell it can find, as the reviewer's attack on a session of the user did.
         const attack = await native.execute(
           `(sleep 1; for p in $(${SUPERVISORS}); do printf '%s\\n' 'Lecho INJECTED > /tmp/inj; echo() { command echo FORGED; }' > /proc/$p/fd/0 && echo "wrote $p" >> /tmp/wrote; done) >/dev/null 2>&1 </dev/null & echo started`,
         );
         expect(attack.output).toBe("started\n");
         await new Promise((resolve) => setTimeout(resolve, 2000));
         expect(await native.execute("cat /tmp/inj /tmp/wrote 2>/dev/null; echo real output")).toMatchObject({ output: "real output\n" });
-        expect(native.stats.sessionRequests - before.sessionRequests).toBeLessThanOrEqual(3); // the secret lock's, as root
-        expect(native.stats.execs - before.execs).toBeGreaterThanOrEqual(2);
+        // No session runs as the user: the user's commands run on root's, dropped per request, or take an exec each.
+        const users = await native.execute(`for p in $(${SUPERVISORS}); do stat -c %u /proc/$p; done | sort -u`);
+        expect(users).toMatchObject({ output: expect.stringMatching(/^(0\n)?$/) });
       });
     });
 
@@ -277,13 +277,13 @@ for (const [flavour, image] of Object.entries(images)) {
         await other.close();
       });
 
-      it("uploads 1000 files in one exec and downloads them in one more, never through the archive API", async () => {
+      it("uploads 1000 files in one request and downloads them in one more, never through the archive API", async () => {
         const native = await shared.fresh({ quota: false });
         const sandbox = toSeedProtocol(native);
         const files = Array.from({ length: 1000 }, (_, i) => [`${native.workspace}/batch/d${i % 10}/file-${i}.txt`, bytes(`content ${i}\n`)] as const);
         const before = { ...native.stats };
         const responses = await sandbox.uploadFiles(files);
-        expect(native.stats.execs - before.execs).toBe(1);
+        expect(native.stats.execs + native.stats.sessionRequests - before.execs - before.sessionRequests).toBe(1);
         expect(responses).toEqual(files.map(([path]) => ({ path, error: null })));
         expect((await sandbox.execute("find batch -type f | wc -l")).output.trim()).toBe("1000");
         const trips = native.stats.execs + native.stats.sessionRequests;

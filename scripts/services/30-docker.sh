@@ -2,7 +2,7 @@
 # A private Docker daemon for the DockerSandbox tests, and the two test images,
 # built locally because no registry is reachable:
 #   strata-test/busybox  a static busybox and its applets
-#   strata-test/gnu      GNU coreutils, dash, grep, sed, awk, findutils, procps copied from the host
+#   strata-test/gnu      GNU coreutils, dash, grep, sed, awk, findutils, procps, setsid and setpriv copied from the host
 # The daemon listens on a unix socket only, keeps its data apart from any system
 # Docker, and creates no bridge or iptables rules (sandboxes run with --network none).
 set -euo pipefail
@@ -124,7 +124,7 @@ build_gnu() {
   done
   copy_binary "$rootfs" "$(type -P dash)"
   ln -s dash "$rootfs/usr/bin/sh"
-  for binary in grep sed find xargs setsid ps kill pkill; do
+  for binary in grep sed find xargs setsid setpriv ps kill pkill; do
     copy_binary "$rootfs" "$(type -P "$binary")"
   done
   copy_binary "$rootfs" "$(type -P awk)" awk
