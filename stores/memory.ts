@@ -1,7 +1,7 @@
 import { errors } from "../core/errors.js";
 import { fileDataSize, fileDataText } from "../core/filedata.js";
 import { checkQuota, validateQuota, type Quota } from "../core/limits.js";
-import { joinPath } from "../core/paths.js";
+import { baseName } from "../core/paths.js";
 import { describeFileChanges, type FileChange, type KeyChange, type Restored, type SnapshotPoint, SnapshotTree } from "../core/snapshots.js";
 import { DirectoryIndex } from "../core/tree.js";
 import type { FileData } from "../core/types.js";
@@ -237,10 +237,10 @@ export class MemoryStore implements Store, SnapshotStore {
     const space = this.space(namespace, false);
     const listing: DirectoryListing = { files: [], dirs: [] };
     if (!space) return listing;
-    for (const name of space.tree.list(checkedKey(dir))) {
-      const item = space.items.get(joinPath(dir, name));
+    for (const path of space.tree.list(checkedKey(dir))) {
+      const item = space.items.get(path);
       if (item) listing.files.push(describe(item));
-      else listing.dirs.push(name);
+      else listing.dirs.push(baseName(path));
     }
     return listing;
   }
