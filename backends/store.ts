@@ -187,7 +187,7 @@ export class StoreBackend extends BaseBackend implements Snapshots {
 
   override readRaw(path: unknown, options?: unknown): Promise<Result<{ path: string; data: FileData }>> {
     const store = this.store;
-    if (options === undefined && typeof path === "string" && store.getSync && this.direct && this.doReadRaw === StoreBackend.prototype.doReadRaw) {
+    if (options === undefined && typeof path === "string" && store.getSync && this.direct) {
       try {
         const key = normalizePath(path);
         const item = store.getSync(this.namespaceSpec as Namespace, key);
@@ -201,7 +201,7 @@ export class StoreBackend extends BaseBackend implements Snapshots {
 
   override write(path: unknown, content: unknown, options?: unknown): Promise<Result<Changed>> {
     const store = this.store;
-    if (options === undefined && typeof path === "string" && typeof content === "string" && store.putFileSync && this.direct && this.doWrite === StoreBackend.prototype.doWrite) {
+    if (options === undefined && typeof path === "string" && typeof content === "string" && store.putFileSync && this.direct) {
       try {
         const key = normalizePath(path);
         const data = fileDataFromText(content);
@@ -215,10 +215,20 @@ export class StoreBackend extends BaseBackend implements Snapshots {
     return super.write(path, content, options);
   }
 
-  /** True when the fast path applies: a fixed namespace and caller paths that are driver paths. */
+  /**
+   * True when the fast path applies: a fixed namespace, caller paths that are
+   * driver paths, and this class's own doReadRaw and doWrite. Asked once:
+   * none of these changes after construction.
+   */
   private get direct(): boolean {
-    return typeof this.namespaceSpec !== "function" && this.pathRoot === "/";
+    return (this.isDirect ??=
+      typeof this.namespaceSpec !== "function" &&
+      this.pathRoot === "/" &&
+      this.doReadRaw === StoreBackend.prototype.doReadRaw &&
+      this.doWrite === StoreBackend.prototype.doWrite);
   }
+
+  private isDirect: boolean | undefined;
 
   protected async doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
     let path = filePath;

@@ -14,6 +14,7 @@ import type {
   FileUploadResponse,
   GrepMatch,
   GrepResult,
+  Result,
   WriteResult,
 } from "./types.js";
 
@@ -81,7 +82,8 @@ function backendAdapter(backend: Backend): BackendProtocol {
       if (result.totalLines === 0) return EMPTY_FILE_REMINDER;
       return renderLines(result.content.split("\n"), result.offset + 1);
     },
-    readRaw: async (filePath) => value(await backend.readRaw(filePath)).data,
+    // Not async: one promise fewer per read, which is a good part of a small in-memory read.
+    readRaw: (filePath) => backend.readRaw(filePath).then(dataOf),
     write: async (filePath, content, options) => changeResult(await backend.write(filePath, content, options)),
     edit: async (filePath, oldString, newString, replaceAll = false) => {
       const result = await backend.edit(filePath, oldString, newString, { replaceAll });
@@ -114,6 +116,8 @@ function sandboxAdapter(sandbox: Sandbox): SandboxBackendProtocol {
 
 /** The seeds' rejecting form of a failed result. */
 const value = unwrap;
+
+const dataOf = (result: Result<{ data: FileData }>): FileData => value(result).data;
 
 function failed(error: ErrorInfo): { error: string; code: ErrorInfo["code"] } {
   return { error: error.message, code: error.code };
