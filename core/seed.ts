@@ -2,7 +2,7 @@ import type { Backend, Sandbox } from "./protocol.js";
 import { isSandbox } from "./protocol.js";
 import { EMPTY_FILE_REMINDER, renderLines, DEFAULT_READ_LIMIT } from "./format.js";
 import { errors, type ErrorInfo } from "./errors.js";
-import { unwrap } from "./base.js";
+import { type ReadsNow, readRawNow, unwrap } from "./base.js";
 import type {
   DeleteResult,
   EditResult,
@@ -82,8 +82,11 @@ function backendAdapter(backend: Backend): BackendProtocol {
       if (result.totalLines === 0) return EMPTY_FILE_REMINDER;
       return renderLines(result.content.split("\n"), result.offset + 1);
     },
-    // Not async: one promise fewer per read, which is a good part of a small in-memory read.
-    readRaw: (filePath) => backend.readRaw(filePath).then(dataOf),
+    // An in-process backend's record is taken at once: no promise but the answer's, a good part of a small read's cost.
+    readRaw: (filePath) => {
+      const now = typeof filePath === "string" ? (backend as ReadsNow)[readRawNow]?.(filePath) : undefined;
+      return now ? Promise.resolve(now.data) : backend.readRaw(filePath).then(dataOf);
+    },
     write: async (filePath, content, options) => changeResult(await backend.write(filePath, content, options)),
     edit: async (filePath, oldString, newString, replaceAll = false) => {
       const result = await backend.edit(filePath, oldString, newString, { replaceAll });
