@@ -54,8 +54,18 @@ interface Indexed {
   /** The watch's version this index reflects. */
   version: number;
   index: DirectoryIndex;
-  entries?: Array<[string, FileData]>;
+  entries?: Entries;
   usage?: Usage;
+}
+
+/**
+ * Every file and its record, in two arrays side by side: scanning them is about
+ * three times faster than looking 100k keys up in a large object, and two
+ * arrays cost 16 bytes a file where an array of pairs costs about 70.
+ */
+interface Entries {
+  keys: string[];
+  values: FileData[];
 }
 
 /**
@@ -283,9 +293,16 @@ export class StateBackend extends BaseBackend implements Snapshots {
    * array is about three times faster than looking 100k keys up in a large
    * object, and searches run far more often than writes between them.
    */
-  private get entries(): Array<[string, FileData]> {
+  private get entries(): Entries {
     const indexes = this.indexes;
-    return (indexes.entries ??= Object.entries(indexes.files));
+    if (!indexes.entries) {
+      const files = indexes.files;
+      const keys = Object.keys(files);
+      const values = new Array<FileData>(keys.length);
+      for (let i = 0; i < keys.length; i++) values[i] = files[keys[i]!]!;
+      indexes.entries = { keys, values };
+    }
+    return indexes.entries;
   }
 
   /** Bytes and files held, measured once per index and then kept up to date by `store` and `delete`. */
@@ -293,8 +310,9 @@ export class StateBackend extends BaseBackend implements Snapshots {
     const indexes = this.indexes;
     if (!indexes.usage) {
       let bytes = 0;
-      for (const [, data] of this.entries) bytes += fileDataSize(data);
-      indexes.usage = { bytes, files: this.entries.length };
+      const { values } = this.entries;
+      for (const data of values) bytes += fileDataSize(data);
+      indexes.usage = { bytes, files: values.length };
     }
     return indexes.usage;
   }
@@ -309,8 +327,7 @@ export class StateBackend extends BaseBackend implements Snapshots {
     const file = this.record(dir);
     if (file) return [fileDataInfo(dir, file)];
     const entries: FileInfo[] = [];
-    for (const name of this.index.list(dir)) {
-      const path = joinPath(dir, name);
+    for (const path of this.index.list(dir)) {
       const data = this.record(path);
       entries.push(data ? fileDataInfo(path, data) : { path: `${path}/`, is_dir: true });
     }
@@ -398,8 +415,15 @@ export class StateBackend extends BaseBackend implements Snapshots {
     const root = searchRoot(path);
     const matcher = glob ? compileGlob(glob, root) : undefined;
     const matches: GrepMatch[] = [];
-    for (const [key, data] of this.entries) {
-      if (!isWithin(root, key) || (matcher && !matcher(key))) continue;
+    const { keys, values } = this.entries;
+    const everywhere = root === "/" && !matcher;
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i]!;
+      if (!everywhere && (!isWithin(root, key) || (matcher && !matcher(key)))) continue;
+      const data = values[i]!;
+      // Most files do not hold the pattern: one indexOf rules them out before anything else is looked at.
+      const content = data.content;
+      if (typeof content === "string" && (data as FileDataV2).encoding === "utf-8" && !content.includes(pattern)) continue;
       const text = fileDataText(data);
       if (text !== null) grepText(key, text, pattern, matches);
     }
@@ -410,7 +434,10 @@ export class StateBackend extends BaseBackend implements Snapshots {
     const matcher = compileGlob(pattern, searchRoot(path));
     const found: FileInfo[] = [];
     const under: string[] = [];
-    for (const [key, data] of this.entries) {
+    const { keys, values } = this.entries;
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i]!;
+      const data = values[i]!;
       if (!isWithin(matcher.root, key)) continue;
       if (includeDirectories) under.push(key);
       if (matcher(key)) found.push(fileDataInfo(key, data));

@@ -1,4 +1,4 @@
-import { BaseBackend, type UploadAnswer, failure } from "../core/base.js";
+import { BaseBackend, type UploadAnswer, failure, readRawNow } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, isStrataError, StrataError, toErrorInfo } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
@@ -186,22 +186,27 @@ export class StoreBackend extends BaseBackend implements Snapshots {
   // gives the answer (a failed create changed nothing, so it is safe to redo).
 
   override readRaw(path: unknown, options?: unknown): Promise<Result<{ path: string; data: FileData }>> {
+    const now = options === undefined && typeof path === "string" ? this[readRawNow](path) : undefined;
+    return now ? Promise.resolve(now) : super.readRaw(path, options);
+  }
+
+  /** The plain read, answered at once where the store can; undefined sends the caller down the generic route. */
+  [readRawNow](path: string): { path: string; data: FileDataV2 } | undefined {
     const store = this.store;
-    if (options === undefined && typeof path === "string" && store.getSync && this.direct && this.doReadRaw === StoreBackend.prototype.doReadRaw) {
-      try {
-        const key = normalizePath(path);
-        const item = store.getSync(this.namespaceSpec as Namespace, key);
-        if (item) return Promise.resolve({ path: key, data: toFileDataV2(item.value) });
-      } catch {
-        // the generic route answers it
-      }
+    if (!store.getSync || !this.direct) return undefined;
+    try {
+      const key = normalizePath(path);
+      const item = store.getSync(this.namespaceSpec as Namespace, key);
+      return item && { path: key, data: toFileDataV2(item.value) };
+    } catch {
+      // the generic route answers it
+      return undefined;
     }
-    return super.readRaw(path, options);
   }
 
   override write(path: unknown, content: unknown, options?: unknown): Promise<Result<Changed>> {
     const store = this.store;
-    if (options === undefined && typeof path === "string" && typeof content === "string" && store.putFileSync && this.direct && this.doWrite === StoreBackend.prototype.doWrite) {
+    if (options === undefined && typeof path === "string" && typeof content === "string" && store.putFileSync && this.direct) {
       try {
         const key = normalizePath(path);
         const data = fileDataFromText(content);
@@ -215,10 +220,21 @@ export class StoreBackend extends BaseBackend implements Snapshots {
     return super.write(path, content, options);
   }
 
-  /** True when the fast path applies: a fixed namespace and caller paths that are driver paths. */
+  /**
+   * True when the fast path applies: a fixed namespace, caller paths that are
+   * driver paths, and this class's own readRaw, doReadRaw and doWrite. Asked once:
+   * none of these changes after construction.
+   */
   private get direct(): boolean {
-    return typeof this.namespaceSpec !== "function" && this.pathRoot === "/";
+    return (this.isDirect ??=
+      typeof this.namespaceSpec !== "function" &&
+      this.pathRoot === "/" &&
+      this.readRaw === StoreBackend.prototype.readRaw &&
+      this.doReadRaw === StoreBackend.prototype.doReadRaw &&
+      this.doWrite === StoreBackend.prototype.doWrite);
   }
+
+  private isDirect: boolean | undefined;
 
   protected async doEdit(filePath: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
     let path = filePath;

@@ -91,6 +91,8 @@ interface Row {
 
 function cell(result: ContenderResult): string {
   if (result.failed && !Number.isFinite(result.medianMs)) return `failed: ${result.failed}`;
+  // A figure that is not a time (bytes held, say) is the note alone.
+  if (!Number.isFinite(result.medianMs) && result.note) return result.note;
   let text = result.p99Ms === undefined ? formatMs(result.medianMs) : `p50 ${formatMs(result.medianMs)}, p99 ${formatMs(result.p99Ms)}`;
   if (result.extraMB !== undefined) text += `, +${formatMB(result.extraMB)} peak`;
   if (result.failed) text += ` (failed: ${result.failed})`;

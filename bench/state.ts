@@ -8,8 +8,10 @@
 import { StateBackend as DeepagentsStateBackend } from "deepagents";
 import { Bash } from "just-bash";
 import { StateBackend } from "../backends/state.js";
+import { StoreBackend } from "../backends/store.js";
 import { toSeedProtocol } from "../core/seed.js";
-import { countLines, type BenchGroup, type CaseResult, type Contender, type GroupContext, compare } from "./harness.js";
+import { MemoryStore } from "../stores/memory.js";
+import { countLines, type BenchGroup, type CaseResult, type Contender, type ContenderResult, type GroupContext, collectGarbage, compare } from "./harness.js";
 
 const NEEDLE = "needle";
 const GLOB = "**/f99*.txt";
@@ -119,6 +121,80 @@ export const stateGroup: BenchGroup = {
         target: { kind: "ratio", peer: "deepagents StateBackend", min: 10, text: "≥ 10× faster" },
       }),
     );
+    results.push(...(await memoryCases(ctx, this.name, dirs, perDir)));
     return results;
   },
 };
+
+/** The backend being measured, reachable from the module while measured so no GC can take it early. */
+const measured = new Set<object>();
+
+/** Live JS heap after a full GC, in bytes. */
+function heapBytes(): number {
+  collectGarbage();
+  collectGarbage();
+  return process.memoryUsage().heapUsed;
+}
+
+/**
+ * The heap a backend holds for `total` files, per file: the heap after a full
+ * GC with the backend filled (and searched once, so every cache it keeps is
+ * built) minus the heap before. Each backend gets texts of its own, built
+ * anew, so no two share a string.
+ */
+async function bytesPerFile(name: string, total: number, build: () => Promise<object>): Promise<{ result: ContenderResult; bytes: number }> {
+  const before = heapBytes();
+  const held = await build();
+  measured.add(held);
+  const bytes = (heapBytes() - before) / total;
+  measured.delete(held);
+  return { result: { name, medianMs: Number.NaN, samples: 1, count: total, note: `${Math.round(bytes)} B per file held` }, bytes };
+}
+
+/** Memory beside time: bytes per file held at 100k files, Strata's in-memory backends against deepagents' StateBackend. */
+async function memoryCases(ctx: GroupContext, group: string, dirs: number, perDir: number): Promise<CaseResult[]> {
+  const total = dirs * perDir;
+  const label = `${total / 1000}k files`;
+  ctx.log(`memory held for ${label}`);
+  const each = async (write: (path: string, text: string) => unknown) => {
+    for (let d = 0; d < dirs; d++) for (let f = 0; f < perDir; f++) await write(`/dir${d}/f${f}.txt`, fileText(d, f));
+  };
+  const deepagents = await bytesPerFile("deepagents StateBackend", total, async () => {
+    const state: DeepagentsFiles = { files: {} };
+    const backend = deepagentsBackend(state);
+    await each((path, text) => Object.assign(state.files, (backend.write(path, text) as { filesUpdate?: Record<string, unknown> }).filesUpdate));
+    backend.grep(NEEDLE, "/");
+    backend.glob(GLOB, "/");
+    backend.ls("/dir7");
+    return [backend, state];
+  });
+  const searched = async (backend: StateBackend | StoreBackend) => {
+    await each((path, text) => backend.write(path, text));
+    const seed = toSeedProtocol(backend);
+    await seed.grep(NEEDLE, "/");
+    await seed.globInfo(GLOB, "/");
+    await seed.lsInfo("/dir7");
+    return backend;
+  };
+  const contenders: Array<[string, () => StateBackend | StoreBackend]> = [
+    ["Strata StateBackend", () => new StateBackend()],
+    ["Strata StoreBackend + MemoryStore", () => new StoreBackend({ store: new MemoryStore(), namespace: ["bench"] })],
+  ];
+  const results: CaseResult[] = [];
+  for (const [name, make] of contenders) {
+    const strata = await bytesPerFile(name, total, () => searched(make()));
+    results.push({
+      group,
+      name: `memory held for ${label}: ${name.replace("Strata ", "")} (JS heap per file after a full GC)`,
+      strata: strata.result,
+      peers: [deepagents.result],
+      target: { kind: "check", met: strata.bytes <= deepagents.bytes, text: "≤ deepagents StateBackend's bytes per file" },
+      warnings: [],
+      notes: [
+        "Heap after a full GC with the backend filled through its own write() and searched once (grep, glob, ls: every cache it keeps is built), " +
+          "minus the heap before, divided by the files; each backend holds texts of its own. The texts themselves (about 130 characters each) are counted for all.",
+      ],
+    });
+  }
+  return results;
+}

@@ -214,7 +214,13 @@ export const storeGroup: BenchGroup = {
           ...writes,
           name: `${count} small writes, SQLite file (new files, one call each)`,
           target: TEN_TIMES,
-          notes: ["Each engine with its defaults: SqliteStore in WAL mode with synchronous=NORMAL; agentfs-sdk on its Turso database file."],
+          notes: [
+            "Each engine with its defaults: SqliteStore in WAL mode with synchronous=NORMAL (no fsync per commit; one transaction per write, " +
+              "holding the tree checks, the version and the trigram index update); agentfs-sdk on its Turso database file, whose writeFile runs " +
+              "its statements without a transaction of its own (each commits alone) and calls no fsync (its fsync() asks for synchronous=FULL only when called).",
+            "Where SqliteStore's time goes (CPU profile, 2000 new files): about 60% is the FTS5 trigram index writing a segment at every commit; " +
+              "the history trigger (no snapshot taken) and statement preparation (prepared once per store) cost next to nothing.",
+          ],
           strata: writer("Strata StoreBackend + SqliteStore", async (path, text) => !(await w.sqlite.write(path, text)).error),
           peers: [
             writer("agentfs-sdk", async (path, text) => {

@@ -43,6 +43,20 @@ export function checkBatch(items: unknown, method: "uploadFiles" | "downloadFile
 }
 
 /** A result's value, or its failure thrown as a StrataError: for code that calls the native API and lets `answer` catch. */
+/**
+ * A backend's answer to a plain `readRaw(path)` (no options) given at once,
+ * where its records live in this process: the path and record, or undefined
+ * when it cannot answer so (the promise route then answers, failures
+ * included). Internal: the seed adapter asks it first, which saves a promise
+ * on a small read, a good part of its cost.
+ */
+export const readRawNow = Symbol("strata.readRawNow");
+
+/** A backend that may answer `readRaw` at once (see readRawNow). */
+export interface ReadsNow {
+  [readRawNow]?(path: string): { path: string; data: FileData } | undefined;
+}
+
 export function unwrap<T extends object>(result: Result<T>): T {
   if (result.error) throw new StrataError(result.error.code, result.error.message, result.error.path === undefined ? undefined : { path: result.error.path });
   return result as T;

@@ -12,6 +12,9 @@ export const MAX_SEGMENT_BYTES = 255;
 
 const encoder = new TextEncoder();
 
+/** The last path `normalizePath` found already normal ("/" is normal too, so it starts there). */
+let lastNormal = "/";
+
 /**
  * Validates and normalises a virtual path. A missing leading `/` is added
  * (models often omit it); `//`, `.` and a trailing `/` are folded away.
@@ -19,7 +22,12 @@ const encoder = new TextEncoder();
  * a drive letter, a backslash, or an over-long path or segment.
  */
 export function normalizePath(input: string): string {
-  if (isPlainNormal(input)) return input;
+  // One call often checks the same string twice (a backend, then its store): the second time is one comparison.
+  if (input === lastNormal) return input;
+  if (isPlainNormal(input)) {
+    lastNormal = input;
+    return input;
+  }
   // Never String(input): an agent's JSON object can carry a `toString` that is not a function.
   if (typeof input !== "string") throw errors.invalidPath(`(${input === null ? "null" : typeof input})`, "path must be a string");
   if (input.length === 0) throw errors.invalidPath(input, "path is empty");

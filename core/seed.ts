@@ -2,7 +2,7 @@ import type { Backend, Sandbox } from "./protocol.js";
 import { isSandbox } from "./protocol.js";
 import { EMPTY_FILE_REMINDER, renderLines, DEFAULT_READ_LIMIT } from "./format.js";
 import { errors, type ErrorInfo } from "./errors.js";
-import { unwrap } from "./base.js";
+import { type ReadsNow, readRawNow, unwrap } from "./base.js";
 import type {
   DeleteResult,
   EditResult,
@@ -14,6 +14,7 @@ import type {
   FileUploadResponse,
   GrepMatch,
   GrepResult,
+  Result,
   WriteResult,
 } from "./types.js";
 
@@ -81,7 +82,11 @@ function backendAdapter(backend: Backend): BackendProtocol {
       if (result.totalLines === 0) return EMPTY_FILE_REMINDER;
       return renderLines(result.content.split("\n"), result.offset + 1);
     },
-    readRaw: async (filePath) => value(await backend.readRaw(filePath)).data,
+    // An in-process backend's record is taken at once: no promise but the answer's, a good part of a small read's cost.
+    readRaw: (filePath) => {
+      const now = typeof filePath === "string" ? (backend as ReadsNow)[readRawNow]?.(filePath) : undefined;
+      return now ? Promise.resolve(now.data) : backend.readRaw(filePath).then(dataOf);
+    },
     write: async (filePath, content, options) => changeResult(await backend.write(filePath, content, options)),
     edit: async (filePath, oldString, newString, replaceAll = false) => {
       const result = await backend.edit(filePath, oldString, newString, { replaceAll });
@@ -114,6 +119,8 @@ function sandboxAdapter(sandbox: Sandbox): SandboxBackendProtocol {
 
 /** The seeds' rejecting form of a failed result. */
 const value = unwrap;
+
+const dataOf = (result: Result<{ data: FileData }>): FileData => value(result).data;
 
 function failed(error: ErrorInfo): { error: string; code: ErrorInfo["code"] } {
   return { error: error.message, code: error.code };

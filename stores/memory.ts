@@ -1,9 +1,7 @@
 import { errors } from "../core/errors.js";
 import { fileDataSize, fileDataText } from "../core/filedata.js";
 import { checkQuota, validateQuota, type Quota } from "../core/limits.js";
-import { joinPath } from "../core/paths.js";
 import { describeFileChanges, type FileChange, type KeyChange, type Restored, type SnapshotPoint, SnapshotTree } from "../core/snapshots.js";
-import { DirectoryIndex } from "../core/tree.js";
 import type { FileData } from "../core/types.js";
 import { DEFAULT_MAX_VALUE_SIZE, DEFAULT_PAGE, MAX_PAGE, treePrefix } from "./records.js";
 import {
@@ -29,10 +27,17 @@ import {
   type StoreQuotaOptions,
 } from "./store.js";
 
-/** One namespace's records, with the directory index and key order kept up to date. */
+/**
+ * One namespace's records, with the key order and the directories kept up to
+ * date. Directories are a count of the entries in each (per directory, not
+ * per file: a per-file index would cost about 30 bytes a file, a tenth of a
+ * small file's footprint); a listing walks the sorted keys and jumps over each
+ * subdirectory's keys with a binary search.
+ */
 class Space {
   readonly items = new Map<string, StoredItem>();
-  readonly tree = new DirectoryIndex();
+  /** Entries (files and subdirectories) directly inside each directory but the root, which always exists. */
+  private readonly dirs = new Map<string, number>();
   /** Keys in code-unit order, once `unsorted` is merged in: listings never re-sort the whole set. */
   private readonly ordered: string[] = [];
   /**
@@ -54,10 +59,8 @@ class Space {
   clone(): Space {
     const copy = new Space();
     for (const [key, item] of this.items) copy.items.set(key, item);
-    for (const key of this.sorted) {
-      copy.ordered.push(key);
-      copy.tree.addFile(key);
-    }
+    for (const key of this.sorted) copy.ordered.push(key);
+    for (const [dir, files] of this.dirs) copy.dirs.set(dir, files);
     copy.bytes = this.bytes;
     return copy;
   }
@@ -67,7 +70,7 @@ class Space {
     const previous = this.items.get(item.key);
     if (!previous) {
       this.unsorted.push(item.key);
-      this.tree.addFile(item.key);
+      this.count(item.key, 1);
     }
     this.bytes += size - (previous ? fileDataSize(previous.value) : 0);
     this.items.set(item.key, item);
@@ -81,9 +84,55 @@ class Space {
     this.bytes -= fileDataSize(previous.value);
     const sorted = this.sorted;
     sorted.splice(lowerBound(sorted, key), 1);
-    this.tree.removeFile(key);
+    this.count(key, -1);
     this.journal?.note(key, previous, undefined);
     return true;
+  }
+
+  /**
+   * Counts `key` in (delta 1) or out of (delta -1) its parent directory. A
+   * directory that appears is counted into its own parent in turn, and one
+   * left empty is dropped from it; most writes land in an existing directory
+   * and stop at the first step.
+   */
+  private count(key: string, delta: 1 | -1): void {
+    const dirs = this.dirs;
+    for (let child = key; ; ) {
+      const i = child.lastIndexOf("/");
+      if (i <= 0) return;
+      const dir = child.slice(0, i);
+      const entries = (dirs.get(dir) ?? 0) + delta;
+      if (entries > 0) dirs.set(dir, entries);
+      else dirs.delete(dir);
+      // Only a directory that appeared (1 entry after an add) or went (0 after a removal) changes its parent.
+      if (entries !== (delta === 1 ? 1 : 0)) return;
+      child = dir;
+    }
+  }
+
+  isDirectory(key: string): boolean {
+    return key === "/" || this.dirs.has(key);
+  }
+
+  /** Full keys of the files and names of the directories directly inside `dir`, in key order. */
+  children(dir: string): { files: string[]; dirs: string[] } {
+    const found: { files: string[]; dirs: string[] } = { files: [], dirs: [] };
+    if (!this.isDirectory(dir)) return found;
+    const sorted = this.sorted;
+    const prefix = treePrefix(dir);
+    for (let i = lowerBound(sorted, prefix); i < sorted.length && sorted[i]!.startsWith(prefix); ) {
+      const key = sorted[i]!;
+      const slash = key.indexOf("/", prefix.length);
+      if (slash === -1) {
+        found.files.push(key);
+        i++;
+      } else {
+        found.dirs.push(key.slice(prefix.length, slash));
+        // Every key under this subdirectory sorts before its path + "0" ("0" follows "/"): skip them all at once.
+        i = lowerBound(sorted, `${key.slice(0, slash)}0`);
+      }
+    }
+    return found;
   }
 
   /** Every key in code-unit order. */
@@ -108,7 +157,7 @@ class Space {
   /** The `putFile` tree check; synchronous, so no other write can run between it and the put. */
   checkTree(key: string): void {
     // checkTreeFor's rule, walked in place: no list of ancestors, no closures, on every write.
-    if (key === "/" || this.tree.isDirectory(key)) throw errors.isDirectory(key);
+    if (this.isDirectory(key)) throw errors.isDirectory(key);
     for (let i = key.indexOf("/", 1); i !== -1; i = key.indexOf("/", i + 1)) {
       if (this.items.has(key.slice(0, i))) throw errors.notADirectory(key);
     }
@@ -237,11 +286,9 @@ export class MemoryStore implements Store, SnapshotStore {
     const space = this.space(namespace, false);
     const listing: DirectoryListing = { files: [], dirs: [] };
     if (!space) return listing;
-    for (const name of space.tree.list(checkedKey(dir))) {
-      const item = space.items.get(joinPath(dir, name));
-      if (item) listing.files.push(describe(item));
-      else listing.dirs.push(name);
-    }
+    const { files, dirs } = space.children(checkedKey(dir));
+    for (const key of files) listing.files.push(describe(space.items.get(key)!));
+    listing.dirs = dirs;
     return listing;
   }
 
