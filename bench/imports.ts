@@ -4,7 +4,8 @@
  * core entry (the contract alone, no Node-side module): the gap is what the
  * root's Node-side modules cost. The root loads no engine package (pg,
  * ioredis, dockerode, ssh2, better-sqlite3 load when their class is first
- * used); the root case checks that, too.
+ * used); the root case checks that, too (a warning if it does), and is held
+ * to issue 14's target of 30 ms.
  *
  * The sources are transpiled file by file with esbuild (what tsc emits into
  * dist/, without bundling) into the cache directory, so the figure is that of
@@ -23,6 +24,8 @@ import { type BenchGroup, type CaseResult, type GroupContext, formatMs, median }
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const PACKAGE = "strata-workspace";
 const ENGINES = ["pg", "ioredis", "dockerode", "ssh2", "better-sqlite3"];
+/** The root entry's cold import, p50 (issue 14). */
+const ROOT_TARGET_MS = 30;
 
 /**
  * Transpiles index.ts and the modules of `dirs` into `out`, next to a link to
@@ -147,7 +150,9 @@ export const importGroup: BenchGroup = {
       };
     });
     const rootEngines = [...new Set(samples[0]!.flatMap((s) => s.engines))];
-    results[0]!.target = { kind: "check", met: rootEngines.length === 0, text: `loads no engine package (${ENGINES.join(", ")})` };
+    // Issue 14's target for the root entry; loading an engine package there would be a regression, so it is a warning in every run.
+    results[0]!.target = { kind: "absolute", maxMs: ROOT_TARGET_MS, text: `< ${ROOT_TARGET_MS} ms` };
+    if (rootEngines.length > 0) results[0]!.warnings.push(`the root import loaded ${rootEngines.join(", ")}: it must load no engine package (${ENGINES.join(", ")})`);
     // Each engine's first use: what its class adds on top of the root import, a fresh process per sample.
     const engineRuns = ctx.quick ? 3 : ctx.reps;
     for (const name of ENGINES) {
