@@ -4,7 +4,8 @@
  * core entry (the contract alone, no Node-side module): the gap is what the
  * root's Node-side modules cost. The root loads no engine package (pg,
  * ioredis, dockerode, ssh2, better-sqlite3 load when their class is first
- * used); the root case checks that, too.
+ * used); the root case checks that, too (a warning if it does), and is held
+ * to issue 14's target of 30 ms.
  *
  * The sources are transpiled file by file with esbuild (what tsc emits into
  * dist/, without bundling) into the cache directory, so the figure is that of
@@ -15,14 +16,16 @@
  */
 import { execFile } from "node:child_process";
 import { mkdirSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { dirname, join, posix, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { build } from "esbuild";
+import { type Metafile, build } from "esbuild";
 import { type BenchGroup, type CaseResult, type GroupContext, formatMs, median } from "./harness.js";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 const PACKAGE = "strata-workspace";
 const ENGINES = ["pg", "ioredis", "dockerode", "ssh2", "better-sqlite3"];
+/** The root entry's cold import, p50 (issue 14). */
+const ROOT_TARGET_MS = 30;
 
 /**
  * Transpiles index.ts and the modules of `dirs` into `out`, next to a link to
@@ -30,16 +33,64 @@ const ENGINES = ["pg", "ioredis", "dockerode", "ssh2", "better-sqlite3"];
  * into dist/), without a TypeScript loader. The default: what the root and
  * core entries import.
  */
-export async function transpile(out: string, dirs: readonly string[] = ["core", "backends", "stores", "sandboxes"]): Promise<void> {
+export async function transpile(out: string, dirs: readonly string[] = ["core", "backends", "stores", "sandboxes"]): Promise<Metafile> {
   rmSync(out, { recursive: true, force: true });
   mkdirSync(out, { recursive: true });
   const entryPoints = ["index.ts"];
   for (const dir of dirs) {
     for (const name of readdirSync(join(ROOT, dir))) if (name.endsWith(".ts")) entryPoints.push(join(dir, name));
   }
-  await build({ entryPoints: entryPoints.map((p) => join(ROOT, p)), outdir: out, outbase: ROOT, format: "esm", platform: "node", target: "node20", logLevel: "error" });
+  const { metafile } = await build({
+    entryPoints: entryPoints.map((p) => join(ROOT, p)),
+    outdir: out,
+    outbase: ROOT,
+    format: "esm",
+    platform: "node",
+    target: "node20",
+    logLevel: "error",
+    metafile: true,
+  });
   writeFileSync(join(out, "package.json"), JSON.stringify({ type: "module", private: true }));
   symlinkSync(realpathSync(join(ROOT, "node_modules")), join(out, "node_modules"));
+  return metafile;
+}
+
+/** What an entry loads at import: its static imports, followed through the package's own files. */
+export interface ImportGraph {
+  /** The package's own modules (the entry included) and their bytes as emitted. */
+  modules: number;
+  bytes: number;
+  /** Packages from node_modules, by name (their own files not followed). */
+  packages: string[];
+  /** Node built-ins (`node:` specifiers). */
+  builtins: string[];
+}
+
+/**
+ * Walks the static imports (not `import()`, which loads on first use) from
+ * `entry`, an output path as the metafile names it. The figures put the
+ * import time in context: every module costs the loader a resolve, a read and
+ * a compile, whatever its size.
+ */
+export function importGraph(metafile: Metafile, entry: string): ImportGraph {
+  const seen = new Set<string>();
+  const packages = new Set<string>();
+  const builtins = new Set<string>();
+  let bytes = 0;
+  const visit = (file: string): void => {
+    const output = metafile.outputs[file];
+    if (seen.has(file) || !output) return;
+    seen.add(file);
+    bytes += output.bytes;
+    for (const { path, kind } of output.imports) {
+      if (kind !== "import-statement") continue;
+      if (path.startsWith("node:")) builtins.add(path.slice("node:".length));
+      else if (path.startsWith(".")) visit(posix.join(posix.dirname(file), path));
+      else packages.add(path.startsWith("@") ? path.split("/").slice(0, 2).join("/") : path.split("/")[0]!);
+    }
+  };
+  visit(entry);
+  return { modules: seen.size, bytes, packages: [...packages].sort(), builtins: [...builtins].sort() };
 }
 
 interface Sample {
@@ -111,11 +162,13 @@ export const importGroup: BenchGroup = {
   title: "Import: cold import of the root and core entries, a fresh process each time",
   async run(ctx: GroupContext): Promise<CaseResult[]> {
     const out = join(ctx.cacheDir, "import-build");
-    await transpile(out);
+    const metafile = await transpile(out);
     const entries = [
       { label: `\`${PACKAGE}\` (root entry)`, file: join(out, "index.js") },
       { label: `\`${PACKAGE}/core\``, file: join(out, "core", "index.js") },
     ];
+    // The metafile names outputs relative to the working directory, with `/`.
+    const graphs = entries.map((entry) => importGraph(metafile, relative(process.cwd(), entry.file).split("\\").join("/")));
     const runs = ctx.quick ? 5 : ctx.reps * 3;
     const samples: Sample[][] = entries.map(() => []);
     // One warm-up each (the page cache), then runs taking turns so noise falls on both alike.
@@ -127,6 +180,7 @@ export const importGroup: BenchGroup = {
     const results = entries.map((entry, i): CaseResult => {
       const mine = samples[i]!;
       const processMs = median(mine.map((s) => s.processMs));
+      const graph = graphs[i]!;
       const engines = [...new Set(mine.flatMap((s) => s.engines))];
       ctx.log(`${entry.label}: import p50 ${formatMs(median(mine.map((s) => s.importMs)))}, whole process p50 ${formatMs(processMs)}`);
       return {
@@ -136,7 +190,10 @@ export const importGroup: BenchGroup = {
           name: entry.label,
           medianMs: median(mine.map((s) => s.importMs)),
           samples: mine.length,
-          note: `whole process ${formatMs(processMs)}${engines.length > 0 ? `; loaded ${engines.join(", ")}` : ""}`,
+          note:
+            `whole process ${formatMs(processMs)}; ${graph.modules} modules of the package (${Math.round(graph.bytes / 1024)} kB)` +
+            `${graph.packages.length > 0 ? `, packages ${graph.packages.join(", ")}` : ""}, ${graph.builtins.length} Node built-ins` +
+            `${engines.length > 0 ? `; loaded ${engines.join(", ")}` : ""}`,
         },
         peers: [],
         warnings: [],
@@ -147,7 +204,9 @@ export const importGroup: BenchGroup = {
       };
     });
     const rootEngines = [...new Set(samples[0]!.flatMap((s) => s.engines))];
-    results[0]!.target = { kind: "check", met: rootEngines.length === 0, text: `loads no engine package (${ENGINES.join(", ")})` };
+    // Issue 14's target for the root entry; loading an engine package there would be a regression, so it is a warning in every run.
+    results[0]!.target = { kind: "absolute", maxMs: ROOT_TARGET_MS, text: `< ${ROOT_TARGET_MS} ms` };
+    if (rootEngines.length > 0) results[0]!.warnings.push(`the root import loaded ${rootEngines.join(", ")}: it must load no engine package (${ENGINES.join(", ")})`);
     // Each engine's first use: what its class adds on top of the root import, a fresh process per sample.
     const engineRuns = ctx.quick ? 3 : ctx.reps;
     for (const name of ENGINES) {

@@ -58,9 +58,18 @@ import {
 } from "./bubblewrap-host.js";
 import { lockName } from "./shell.js";
 import { type Denied, DeniedFinder } from "./masks.js";
-import { NotAccepted, slotScript, Supervisor, warmable, type WarmRun } from "./bubblewrap-warm.js";
+import type * as Warm from "./bubblewrap-warm.js";
+import type { Supervisor, WarmRun } from "./bubblewrap-warm.js";
 
 export type { SandboxUser } from "./bubblewrap-host.js";
+
+let warmModule: Promise<typeof Warm> | undefined;
+
+/** The warm supervisor's module (node:net and its scripts) loads with the first command that can use it, not with the package. */
+function loadWarm(): Promise<typeof Warm> {
+  warmModule ??= import("./bubblewrap-warm.js");
+  return warmModule;
+}
 
 /**
  * `quota`, `timeout` and `maxOutputBytes`: BaseSandboxOptions; `memoryMb`
@@ -243,9 +252,10 @@ export class BubblewrapSandbox extends BaseSandbox {
       onData: options.onData,
       signal: this.commandSignal(options.signal),
     };
-    if (setup.warm && warmable(command, env)) {
-      const script = slotScript(command, this.sandboxPath(cwd), env);
-      const response = await this.runWarm(setup, hidden ? await maskKey(this.hostWorkspace, denied) : undefined, denied, { ...io, script });
+    const warm = setup.warm ? await loadWarm() : undefined;
+    if (warm?.warmable(command, env)) {
+      const script = warm.slotScript(command, this.sandboxPath(cwd), env);
+      const response = await this.runWarm(warm, setup, hidden ? await maskKey(this.hostWorkspace, denied) : undefined, denied, { ...io, script });
       if (response) return this.annotate(response, setup);
     }
     const bwrapArgs = ["--args", "3", "--clearenv"];
@@ -284,13 +294,13 @@ export class BubblewrapSandbox extends BaseSandbox {
    * a caller's command never reaches the unmasked one. Undefined: the cold
    * path serves (no supervisor could start).
    */
-  private async runWarm(setup: Setup, key: string | undefined, denied: Denied[], job: WarmRun): Promise<ExecuteResponse | undefined> {
+  private async runWarm(warm: typeof Warm, setup: Setup, key: string | undefined, denied: Denied[], job: WarmRun): Promise<ExecuteResponse | undefined> {
     const name = key === undefined ? "own" : `caller:${key}`;
     for (let attempt = 0; attempt < 3 && setup.warm && !this.closed; attempt++) {
       let supervisor = this.supervisors.get(name);
       if (!supervisor || supervisor.dead) {
         if (supervisor) this.forget(supervisor);
-        supervisor = this.startSupervisor(setup, denied);
+        supervisor = this.startSupervisor(warm, setup, denied);
         if (!supervisor) return undefined;
         this.supervisors.set(name, supervisor);
         this.allSupervisors.add(supervisor);
@@ -310,7 +320,7 @@ export class BubblewrapSandbox extends BaseSandbox {
       try {
         return await supervisor.run(job);
       } catch (error) {
-        if (!(error instanceof NotAccepted)) throw error;
+        if (!(error instanceof warm.NotAccepted)) throw error;
         this.forget(supervisor);
       }
     }
@@ -318,9 +328,9 @@ export class BubblewrapSandbox extends BaseSandbox {
   }
 
   /** A new supervisor with these masks, or undefined when its files or cgroup cannot be made (the cold path serves). */
-  private startSupervisor(setup: Setup, denied: Denied[]): Supervisor | undefined {
+  private startSupervisor(warm: typeof Warm, setup: Setup, denied: Denied[]): Supervisor | undefined {
     try {
-      return new Supervisor({
+      return new warm.Supervisor({
         id: this.id,
         args: setup.args,
         masks: maskArgs(denied),
