@@ -489,6 +489,7 @@ describe("strata demo", () => {
 
 describe("the bundled bin (npm run build: scripts/bundle-cli.ts)", () => {
   it("runs the file commands and serves MCP as the source does, its engines loaded from node_modules", { timeout: SLOW }, async () => {
+    // The MCP client passes the server only a safe few variables unless given env: the Node 24 pass's NODE_OPTIONS (its better-sqlite3 build) must reach it.
     const { bundleCli } = await import("../scripts/bundle-cli.js");
     const out = tempDir({ "package.json": JSON.stringify({ type: "module", private: true }) });
     symlinkSync(join(ROOT, "node_modules"), join(out, "node_modules"));
@@ -515,7 +516,7 @@ describe("the bundled bin (npm run build: scripts/bundle-cli.ts)", () => {
     expect((await run(dir, ["nope"])).status).toBe(2);
 
     const client = new Client({ name: "strata-test", version: "1" });
-    await client.connect(new StdioClientTransport({ command: process.execPath, args: [bin, "mcp", "--root", dir, "--no-execute"], stderr: "pipe" }));
+    await client.connect(new StdioClientTransport({ command: process.execPath, args: [bin, "mcp", "--root", dir, "--no-execute"], stderr: "pipe", env: process.env as Record<string, string> }));
     try {
       const { tools } = await client.listTools();
       expect(tools.map((tool) => tool.name)).toContain("edit_file");
