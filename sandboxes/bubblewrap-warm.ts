@@ -1,34 +1,40 @@
 /**
  * BubblewrapSandbox's warm path: one long-lived supervisor, a POSIX `sh`
- * loop started once inside the sandbox's bwrap namespaces and cgroups, that
- * starts each command on request, so a command pays two forks of a small
- * shell and one exec, not a bwrap start and not a Node spawn.
+ * loop started once inside the sandbox's bwrap namespaces and cgroups, and a
+ * resident shell per slot forked from it, which starts each command on
+ * request, so a command pays a fork of a small shell and one exec, not a
+ * bwrap start and not a Node spawn.
  *
- * The protocol. Node writes one line per request to the supervisor's stdin
- * (`r <slot> <i|->`) and reads one line per event from its stdout (`a
- * <slot>` accepted, `x <slot> <status>` ended). A slot is a set of files in
- * a control directory this process owns, mounted read-only at /dev/.strata:
- * `s<slot>` (the command, its working directory and environment, as a
- * script Node writes), `o<slot>`, `e<slot>` and `i<slot>` (FIFOs for
- * stdout, stderr and stdin, which Node opens without blocking and reads
- * through libuv, as it reads a child's pipes), `g<slot>` (the gate: a FIFO
- * the command waits on until it is in its cgroup) and `cg/s<slot>`, a pids
- * cgroup of its own under the sandbox's.
+ * A slot is a set of files in a control directory this process owns,
+ * mounted read-only at /dev/.strata: `s<slot>` (the command, its working
+ * directory and environment, as a script Node writes), `o<slot>`, `e<slot>`
+ * and `i<slot>` (FIFOs for stdout, stderr and stdin, which Node opens
+ * without blocking and reads through libuv, as it reads a child's pipes),
+ * `g<slot>` (the requests: a FIFO only this process can write) and
+ * `cg/s<slot>`, a pids cgroup of its own under the sandbox's.
  *
- * Each command is moved into its slot's cgroup by this process, before it
- * execs `/bin/sh -c`: its waiter reports its pid (`p <slot> <pid>`), this
- * side finds that pid's host pid among the supervisor's cgroup's members,
- * writes it to the slot's `tasks` and opens the gate. Every `tasks` file is
- * root's, so nothing in the sandbox can move itself into another cgroup
- * (into a slot of another command still running, to outlive its own), and
- * everything a command starts stays in its slot (a `setsid` or
- * double-forked escapee included: cgroup membership is inherited and only a
- * write to a cgroup's `tasks` or `cgroup.procs` changes it). When the command's shell ends, or its timeout,
- * abort or output cap fires, this process kills every process in that
- * cgroup from the host, so nothing the command started survives it, as with
- * a bwrap per command. The environment is applied in the command's own
- * process, right before its exec, so a caller's LD_PRELOAD reaches the
- * command alone, never the supervisor.
+ * The protocol. The first time a slot is used, Node asks the supervisor on
+ * its stdin for the slot's resident (`n <slot>`); the supervisor forks it
+ * and reports its pid (`h <slot> <pid>`). This process finds that pid's host
+ * pid among the members of the supervisor's own cgroup, writes it to the
+ * slot's `tasks` (once per slot: a move of another process waits for an RCU
+ * grace period, up to ~10 ms on a busy machine), and from then on writes the
+ * slot's requests to `g<slot>` (`r i` or `r -`: with stdin or without). The
+ * resident reports each command accepted (`a <slot>`) and ended (`x <slot>
+ * <status>`) on the supervisor's stdout, the event channel.
+ *
+ * Every `tasks` file is root's, so nothing in the sandbox can move itself
+ * into another cgroup (into a slot of another command still running, to
+ * outlive its own), and everything a command starts stays in its slot (a
+ * `setsid` or double-forked escapee included: cgroup membership is
+ * inherited and only a write to a cgroup's `tasks` or `cgroup.procs`
+ * changes it). When the command's shell ends, or its timeout, abort or
+ * output cap fires, this process kills every process in that cgroup but the
+ * resident from the host, so nothing the command started survives it, as
+ * with a bwrap per command. A slot whose resident is gone, or whose command's
+ * status was lost, is killed whole and not used again. The environment is
+ * applied in the command's own process, right before its exec, so a
+ * caller's LD_PRELOAD reaches the command alone, never a resident.
  *
  * The supervisor's crash (or its fork failing under a fork bomb, which ends
  * a non-interactive shell) ends its bwrap and everything in it: commands it
@@ -36,7 +42,8 @@
  * it had accepted answer exit 137 with a note.
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { chownSync, closeSync, constants as fsConstants, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { chownSync, closeSync, constants as fsConstants, ftruncateSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
+import { writeFile } from "node:fs/promises";
 import { Socket } from "node:net";
 import nodePath from "node:path";
 import { randomBytes } from "node:crypto";
@@ -55,45 +62,51 @@ export const CONTROL_INSIDE = "/dev/.strata";
 const SLOT_BATCH = 16;
 /** How long the output FIFOs may stay open after the command's namespace ended (only a holder outside it). */
 const PIPE_DEADLINE_MS = 1_000;
-/** How long a slot may stay empty with its output ended, or after a kill, before its status counts as lost. */
-const LOST_AFTER_MS = 2_000;
-/** Scratch buffer for emptying a gate FIFO. */
-const GATE_DRAIN = Buffer.alloc(64);
+/** How often a running command's slot is checked for a resident gone or a status lost (two checks in a row decide). */
+const WATCH_EVERY_MS = 1_000;
+/** How long a resident may leave a request untaken before its slot is killed (a resident stopped by a command of the sandbox). */
+const ACCEPT_TIMEOUT_MS = 5_000;
 /** How long a supervisor may take to say it is ready. */
 const START_TIMEOUT_MS = 10_000;
 
 /**
  * The supervisor. $1: CPU seconds per command, or "-". fd 3 is the event
  * channel (the supervisor's stdout); stdout itself goes to /dev/null so
- * nothing else can write into the protocol. Each request forks a waiter,
- * which opens the slot's stdin FIFO and reports acceptance, opens the output
- * FIFOs, forks the command, reports its pid and waits; its EXIT trap closes
- * its copies of the FIFOs and reports the status, also when its fork failed
- * (the shell then exits). The command's own subshell takes its stdio
- * through `exec` (an asynchronous command's stdin would otherwise be
- * /dev/null) without fd 3, waits at its gate until the host has moved it
- * into the slot's cgroup, sources the slot's script and execs the command.
+ * nothing else can write into the protocol. On `n <slot>` it forks the
+ * slot's resident and reports its pid. The resident reads its requests from
+ * its gate FIFO, which only the host writes, and only once the resident is in
+ * its slot's cgroup; for each it
+ * opens the slot's stdin FIFO and reports acceptance, opens the output
+ * FIFOs, forks the command, waits, closes its copies of the FIFOs and
+ * reports the status. The command's own subshell takes its stdio through
+ * `exec` (an asynchronous command's stdin would otherwise be /dev/null)
+ * without fd 3 or the gate, sources the slot's script and execs the command.
  */
 const SUPERVISOR_SCRIPT = `exec 3>&1 >/dev/null
 c=${CONTROL_INSIDE}; t=$1
 echo ready >&3
-while read -r op k p; do
-  [ "$op" = r ] || continue
+while read -r op k; do
+  [ "$op" = n ] || continue
   (
-    trap 's=$?; exec 4<&- 5>&- 6>&-; echo "x $k $s" >&3' EXIT
-    if [ "$p" = i ]; then exec 4<"$c/i$k"; else exec 4</dev/null; fi
-    echo "a $k" >&3
-    exec 5>"$c/o$k" 6>"$c/e$k"
-    (
-      exec <&4 >&5 2>&6 3>&- 4<&- 5>&- 6>&-
-      read -r g <"$c/g$k" && [ "$g" = go ] || exit 125
-      [ "$t" = - ] || ulimit -t "$t"
-      . "$c/s$k"
-      exec /bin/sh -c "$cmd"
-    ) &
-    echo "p $k $!" >&3
-    wait $!
+    exec 7<"$c/g$k" </dev/null
+    while read -r op p <&7; do
+      [ "$op" = r ] || continue
+      if [ "$p" = i ]; then exec 4<"$c/i$k"; else exec 4</dev/null; fi
+      echo "a $k" >&3
+      exec 5>"$c/o$k" 6>"$c/e$k"
+      (
+        exec <&4 >&5 2>&6 3>&- 4<&- 5>&- 6>&- 7<&-
+        [ "$t" = - ] || ulimit -t "$t"
+        . "$c/s$k"
+        exec /bin/sh -c "$cmd"
+      ) &
+      wait $!
+      s=$?
+      exec 4<&- 5>&- 6>&-
+      echo "x $k $s" >&3
+    done
   ) &
+  echo "h $k $!" >&3
 done`;
 
 /** What the warm path cannot carry, so the command takes the cold path: a name `sh` cannot export, an argument over Linux's limit. */
@@ -143,8 +156,6 @@ export class NotAccepted extends Error {}
 
 interface Pending {
   accepted: boolean;
-  /** A kill was asked for: a command not yet in its cgroup is killed rather than let through its gate. */
-  stopping: boolean;
   /** Called once it is accepted: its stdin FIFO is open at both ends, so input may flow (and end). */
   accept: () => void;
   ended: (status: number) => void;
@@ -160,10 +171,16 @@ export class Supervisor {
   private readonly free: number[] = [];
   /** Each slot's script file, open for rewriting. */
   private readonly scripts: number[] = [];
-  /** Each slot's gate FIFO, open read-write (so the command's open never waits, and a write never fails for want of a reader). */
+  /** Each slot's gate FIFO, open read-write (so the resident's open never waits, and a write never fails for want of a reader). */
   private readonly gates: number[] = [];
+  /** Each slot's resident shell, by host pid, once it is in the slot's cgroup. */
+  private readonly residents: (number | undefined)[] = [];
+  /** Slots whose resident was asked for and has not reported yet: called with its host pid, or undefined. */
+  private readonly hatching = new Map<number, (host: number | undefined) => void>();
   private slots = 0;
   private growing: Promise<void> | undefined;
+  /** The first slot's resident being made: the first command waits for it rather than make a second. */
+  private preparing: Promise<void> | undefined;
   private lines = "";
   /** Resolves true once the supervisor said it is ready, false if it cannot be (then the cold path serves). */
   readonly ready: Promise<boolean>;
@@ -193,7 +210,7 @@ export class Supervisor {
         start.launcherScript,
         "strata-launcher",
         this.argsFile,
-        // The supervisor lives in its own cgroup (under the sandbox's, whose limits hold): where `place` looks for a command at its gate.
+        // The supervisor lives in its own cgroup (under the sandbox's, whose limits hold): where `hatch` looks for a new resident.
         ...start.cgroups.map((dir) => (dir === start.pidsCgroup ? this.cgroup : dir)),
         "--",
         ...start.launcher,
@@ -242,7 +259,7 @@ export class Supervisor {
       if (this.argsFile) rmSync(this.argsFile, { force: true });
       for (const fd of [...this.scripts.splice(0), ...this.gates.splice(0)]) closeSync(fd);
       rmSync(this.control, { recursive: true, force: true, maxRetries: 3 });
-      for (let n = 0; n < this.slots; n++) await this.killSlot(n);
+      for (let n = 0; n < this.slots; n++) await this.killSlot(n, true);
       for (let n = 0; n < this.slots; n++) await removeCgroup(nodePath.join(this.cgroup, `s${n}`));
       await removeCgroup(this.cgroup);
     })();
@@ -254,6 +271,8 @@ export class Supervisor {
     this.readyAnswer = undefined;
     if (!answer) return;
     answer(ok);
+    // The first slot's resident is made now, so the first command does not wait for its move.
+    if (ok) this.preparing = this.slot().then((n) => void this.free.push(n), () => undefined).finally(() => (this.preparing = undefined));
     if (!ok) void this.close();
     // bwrap has read its arguments: the file (host paths) can go.
     else if (this.argsFile) {
@@ -268,6 +287,8 @@ export class Supervisor {
     this.answerReady(false);
     for (const pending of [...this.pending.values()]) pending.gone();
     this.pending.clear();
+    for (const hatched of this.hatching.values()) hatched(undefined);
+    this.hatching.clear();
     void this.close();
   }
 
@@ -278,14 +299,14 @@ export class Supervisor {
       const [op, a, b] = this.lines.slice(0, end).split(" ");
       this.lines = this.lines.slice(end + 1);
       if (op === "ready") this.answerReady(true);
+      else if (op === "h") void this.hatch(Number(a), Number(b));
       else {
         const pending = this.pending.get(Number(a));
         if (!pending) continue;
         if (op === "a") {
           pending.accepted = true;
           pending.accept();
-        } else if (op === "p") this.place(Number(a), Number(b), pending);
-        else if (op === "x") pending.ended(Number(b));
+        } else if (op === "x") pending.ended(Number(b));
       }
     }
   }
@@ -295,14 +316,17 @@ export class Supervisor {
   }
 
   /**
-   * Moves slot `n`'s command (`pid` inside the sandbox) into the slot's
-   * cgroup and opens its gate; kills it instead when its run is being killed
-   * already. Its host pid is found among the members of the supervisor's own
-   * cgroup, the only place a command waiting at its gate can be (nothing in
-   * the sandbox can move a process there), so a forged report can at most
-   * move the supervisor or a waiter, which ends this supervisor.
+   * Moves slot `n`'s new resident (`pid` inside the sandbox) into the slot's
+   * cgroup. Its host pid is found among the members of the supervisor's own
+   * cgroup, the only place a resident not yet moved can be (nothing in the
+   * sandbox can move a process there), and only while this side waits for
+   * that slot's resident: a forged report can at most move the supervisor or
+   * another new resident, which ends this supervisor or that slot.
    */
-  private place(n: number, pid: number, pending: Pending): void {
+  private async hatch(n: number, pid: number): Promise<void> {
+    const hatched = this.hatching.get(n);
+    if (!hatched) return;
+    this.hatching.delete(n);
     const host = this.members("").find((candidate) => {
       try {
         // NSpid: the pid in each PID namespace, ours first and the sandbox's last (one field: bwrap, outside it).
@@ -311,17 +335,14 @@ export class Supervisor {
         return false;
       }
     });
-    if (host === undefined) return; // Gone already: its waiter reports the status.
+    if (host === undefined) return hatched(undefined);
     try {
-      if (pending.stopping) throw new Error("stopping");
-      writeFileSync(nodePath.join(this.cgroup, `s${n}`, "tasks"), String(host));
-      writeSync(this.gates[n]!, "go\n");
+      // Asynchronous: the move waits for an RCU grace period, which must not stall the event loop.
+      await writeFile(nodePath.join(this.cgroup, `s${n}`, "tasks"), String(host));
+      this.residents[n] = host;
+      hatched(host);
     } catch {
-      try {
-        process.kill(host, "SIGKILL");
-      } catch {
-        // Gone meanwhile.
-      }
+      hatched(undefined);
     }
   }
 
@@ -337,15 +358,21 @@ export class Supervisor {
     }
   }
 
+  /** The processes of slot `n`'s cgroup but its resident: the command's, and what it started. */
+  private commandMembers(n: number): number[] {
+    return this.members(n).filter((pid) => pid !== this.residents[n]);
+  }
+
   /**
-   * Kills every process in slot `n`'s cgroup, again until it is empty (a
-   * process forking meanwhile is caught by the next round; a fork racing
-   * SIGKILL fails). Host pids, read from the cgroup: a command cannot
-   * leave it, nor name a process outside it.
+   * Kills every process in slot `n`'s cgroup but its resident (with `all`,
+   * the resident too), again until none is left (a process forking
+   * meanwhile is caught by the next round; a fork racing SIGKILL fails).
+   * Host pids, read from the cgroup: a command cannot leave it, nor name a
+   * process outside it.
    */
-  private async killSlot(n: number): Promise<void> {
+  private async killSlot(n: number, all = false): Promise<void> {
     for (let round = 0; round < 500; round++) {
-      const members = this.members(n);
+      const members = all ? this.members(n) : this.commandMembers(n);
       if (members.length === 0) return;
       for (const pid of members) {
         try {
@@ -388,11 +415,41 @@ export class Supervisor {
     return this.growing;
   }
 
+  /**
+   * A free slot whose resident is alive, its resident made first when it has
+   * none yet (so only as many residents as commands ever ran at once count
+   * against the sandbox's process limit). A slot whose resident is gone is
+   * emptied and left unused.
+   */
   private async slot(): Promise<number> {
-    for (;;) {
+    for (let made = 0; ; ) {
       const slot = this.free.pop();
-      if (slot !== undefined) return slot;
-      await this.grow();
+      if (slot === undefined) {
+        await this.grow();
+        continue;
+      }
+      const resident = this.residents[slot];
+      if (resident !== undefined) {
+        if (this.members(slot).includes(resident)) return slot;
+        void this.killSlot(slot, true);
+        continue;
+      }
+      // A resident that cannot be made twice in a row: this supervisor is failing (a fork bomb, or closing).
+      if (made++ === 2 || this.dead || this.retired) {
+        this.free.push(slot);
+        throw new NotAccepted();
+      }
+      const hatched = new Promise<number | undefined>((resolve) => {
+        this.hatching.set(slot, resolve);
+        setTimeout(() => {
+          if (this.hatching.get(slot) !== resolve) return;
+          this.hatching.delete(slot);
+          resolve(undefined);
+        }, START_TIMEOUT_MS).unref();
+      });
+      this.send(`n ${slot}`);
+      if ((await hatched) !== undefined) return slot;
+      void this.killSlot(slot, true);
     }
   }
 
@@ -404,6 +461,7 @@ export class Supervisor {
     if (job.signal?.aborted) throw job.signal.reason;
     let slot: number;
     try {
+      if (this.preparing) await this.preparing;
       slot = await this.slot();
     } catch {
       throw new NotAccepted(); // No slot could be made (closing, or its files failed): another supervisor, or the cold path.
@@ -413,12 +471,6 @@ export class Supervisor {
       throw new NotAccepted();
     }
     const script = Buffer.from(job.script);
-    // A gate opened for a command killed before it went through would let the next one start outside its cgroup.
-    try {
-      while (readSync(this.gates[slot]!, GATE_DRAIN) > 0);
-    } catch {
-      // EAGAIN: empty.
-    }
     writeSync(this.scripts[slot]!, script, 0, script.length, 0);
     ftruncateSync(this.scripts[slot]!, script.length);
     const open = (kind: string, flags: number) => openSync(nodePath.join(this.control, `${kind}${slot}`), flags | fsConstants.O_NONBLOCK);
@@ -449,25 +501,37 @@ export class Supervisor {
       let deadline: NodeJS.Timeout | undefined;
       let killing: Promise<void> | undefined;
       let lost = false;
-      let watchdog: NodeJS.Timeout | undefined;
-      // The waiter reports the status; a command can kill it (it is a process of the same user). Once the
-      // output has ended or a kill was asked for, a slot whose cgroup stays empty with no status is lost.
-      const watch = () => {
-        if (watchdog || status !== undefined) return;
-        watchdog = setInterval(() => {
-          if (status !== undefined || this.dead) return clearInterval(watchdog);
-          if (this.members(slot).length > 0) return;
-          clearInterval(watchdog);
-          lost = true;
-          openStreams = 0;
-          pending.ended(137);
-        }, LOST_AFTER_MS);
-      };
-      // Until the command has ended, it may not have joined its cgroup yet: keep emptying it until then.
+      let notAccepted = false;
+      const resident = this.residents[slot]!;
+      // The resident reports acceptance and status, and a command can kill or stop it (a process of the same
+      // user). A request the resident has not taken by the time its run is killed, or within ACCEPT_TIMEOUT_MS,
+      // has its slot killed whole; once the resident is gone (on two checks in a row, so an acceptance it sent
+      // before has been read) the command never started (acceptance comes before the fork) and goes to another
+      // slot. A command whose output has ended (or whose kill was asked for), with no process left in its
+      // slot, has lost its status.
+      let suspect = false;
+      let waited = 0;
+      const watchdog = setInterval(() => {
+        if (status !== undefined || this.dead) return;
+        let broken: boolean;
+        if (pending.accepted) broken = (openStreams === 0 || killing !== undefined) && this.commandMembers(slot).length === 0;
+        else {
+          broken = !this.members(slot).includes(resident);
+          if (!broken && (killing !== undefined || (waited += WATCH_EVERY_MS) >= ACCEPT_TIMEOUT_MS)) void this.killSlot(slot, true);
+        }
+        if (!broken || !suspect) {
+          suspect = broken;
+          return;
+        }
+        reusable = false;
+        notAccepted = !pending.accepted;
+        lost = !notAccepted;
+        openStreams = 0;
+        pending.ended(137);
+      }, WATCH_EVERY_MS).unref();
+      // Until the command has ended, a process it started may still be forking: keep emptying the slot until then.
       const kill = () =>
         (killing ??= (async () => {
-          pending.stopping = true;
-          watch();
           while (status === undefined && !this.dead) {
             await this.killSlot(slot);
             if (status === undefined) await new Promise((resolve) => setTimeout(resolve, 5));
@@ -476,13 +540,12 @@ export class Supervisor {
         })());
       const pending: Pending = {
         accepted: false,
-        stopping: false,
         accept: () => {
           if (input && !settled) feedStdin(job.stdin, input);
         },
         ended: (code) => {
           status = code;
-          // What the command left running goes with it; the FIFOs then close (the waiter closed its
+          // What the command left running goes with it; the FIFOs then close (the resident closed its
           // copies before it reported). A holder outside the cgroup (another command's process that
           // opened them) is cut off at the deadline, counted from when the cgroup is empty.
           void kill().then(() => {
@@ -519,18 +582,20 @@ export class Supervisor {
         settled = true;
         clearTimeout(timer);
         clearTimeout(deadline);
-        clearInterval(watchdog);
         job.signal?.removeEventListener("abort", onAbort);
         settle();
-        // The slot is free once its command ended and its cgroup is empty. Until then the FIFOs stay
-        // open here: the waiter opens them before the command starts, and would wait forever for an
-        // end this side had closed.
+        // The slot is free once its command ended and its cgroup holds its resident alone. Until then
+        // the FIFOs stay open here: the resident opens them before the command starts, and would wait
+        // forever for an end this side had closed. Any other slot is killed whole and left unused.
         const release = async () => {
           await killing;
+          clearInterval(watchdog);
           for (const socket of sockets) socket.destroy();
           input?.destroy();
           this.pending.delete(slot);
-          if (reusable && !this.dead && this.members(slot).length === 0) this.free.push(slot);
+          const members = this.members(slot);
+          if (reusable && !this.dead && members.length === 1 && members[0] === resident) this.free.push(slot);
+          else void this.killSlot(slot, true);
           if (this.retired && this.idle) void this.close();
         };
         if (status !== undefined || this.dead) void release();
@@ -543,6 +608,7 @@ export class Supervisor {
       };
       const maybeDone = () => {
         if (status === undefined || openStreams > 0) return;
+        if (notAccepted && !timedOut) return finish(() => reject(new NotAccepted()));
         finish(() => {
           let text = output.text();
           let exitCode = status!;
@@ -552,7 +618,7 @@ export class Supervisor {
           } else if (overflowed) {
             text += `\n[Command killed: it wrote more than ${job.killAfterBytes} bytes of output]`;
           } else if (lost) {
-            text += "\n[Command ended, but the sandbox's supervisor lost its exit code (a process of the sandbox killed its waiter)]";
+            text += "\n[Command ended, but the sandbox's supervisor lost its exit code (a process of the sandbox killed or stopped the shell that waits for it)]";
           }
           resolve({ output: text, exitCode, truncated: output.truncated });
         });
@@ -570,12 +636,12 @@ export class Supervisor {
         socket.on("error", () => undefined);
         socket.on("close", () => {
           openStreams--;
-          if (openStreams === 0) watch();
           maybeDone();
         });
       });
       this.pending.set(slot, pending);
-      this.send(`r ${slot} ${input ? "i" : "-"}`);
+      // Four bytes to a FIFO this process holds open read-write: never short, never waits.
+      writeSync(this.gates[slot]!, input ? "r i\n" : "r -\n");
       // Aborted while a slot was found: the listener came too late to hear it.
       if (job.signal?.aborted) onAbort();
     });

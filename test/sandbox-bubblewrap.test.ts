@@ -269,7 +269,7 @@ describe("BubblewrapSandbox's warm supervisor", () => {
 
   /**
    * The host pids of the sandbox's supervisor shells: found by name and by the sandbox's own pids cgroup,
-   * leaving out their waiters (forks of the same shell, so the same name, whose parent is a supervisor).
+   * leaving out the slots' residents (forks of the same shell, so the same name, whose parent is a supervisor).
    */
   const supervisors = (s: BubblewrapSandbox) => {
     const named = processesMatching("strata-supervisor").filter((pid) => {
@@ -371,21 +371,55 @@ describe("BubblewrapSandbox's warm supervisor", () => {
     expect(supervisors(native).some((pid) => !pids.includes(pid))).toBe(true);
   });
 
-  it("answers, not hangs, when a command's waiter in the supervisor is killed", async () => {
+  it("keeps one resident shell per slot in use: sequential commands hold one, a batch at once as many as ran at once", async () => {
     const native = sandbox();
     const s = toSeedProtocol(native);
+    for (let i = 0; i < 20; i++) expect((await s.execute(`echo ${i}`)).output).toBe(`${i}\n`);
+    const [supervisor] = supervisors(native);
+    expect(children(supervisor!)).toHaveLength(1);
+    await Promise.all(Array.from({ length: 5 }, () => s.execute("sleep 0.3")));
+    expect(children(supervisor!).length).toBeGreaterThanOrEqual(2);
+    expect(children(supervisor!).length).toBeLessThanOrEqual(6);
+  });
+
+  it("a resident shell stopped by someone cannot hang the next command: its slot is killed and the command runs elsewhere", async () => {
+    const native = sandbox();
+    const s = toSeedProtocol(native);
+    await Promise.all(Array.from({ length: 3 }, () => s.execute("sleep 0.2")));
+    const residents = supervisors(native).flatMap(children);
+    expect(residents.length).toBeGreaterThanOrEqual(3);
+    for (const pid of residents) process.kill(pid, "SIGSTOP");
+    const timedOut = await s.execute("echo never", { timeout: 1 });
+    expect(timedOut.exitCode).toBe(124);
+    expect(timedOut.output).not.toContain("never");
+    const started = Date.now();
+    expect(await s.execute("echo once")).toEqual({ output: "once\n", exitCode: 0, truncated: false });
+    expect(Date.now() - started).toBeLessThan(20_000);
+    expect(await Promise.all(Array.from({ length: 4 }, (_, i) => s.execute(`echo ${i}`)))).toEqual(
+      Array.from({ length: 4 }, (_, i) => ({ output: `${i}\n`, exitCode: 0, truncated: false })),
+    );
+  }, 40_000);
+
+  it("answers, not hangs, when every slot's resident shell is killed, the running command's included", async () => {
+    const native = sandbox();
+    const s = toSeedProtocol(native);
+    // Several slots have residents: all of them are killed, idle ones included.
+    await Promise.all(Array.from({ length: 3 }, () => s.execute("sleep 0.2")));
     let started!: () => void;
     const begun = new Promise<void>((resolve) => (started = resolve));
     const running = s.execute("echo started; sleep 1; echo done", { timeout: 30, onOutput: started });
     await begun;
-    const waiters = supervisors(native).flatMap(children);
-    expect(waiters.length).toBeGreaterThan(0);
-    for (const pid of waiters) process.kill(pid, "SIGKILL");
+    const residents = supervisors(native).flatMap(children);
+    expect(residents.length).toBeGreaterThan(0);
+    for (const pid of residents) process.kill(pid, "SIGKILL");
     const result = await running;
     expect(result.exitCode).toBe(137);
     expect(result.output).toMatch(/^started\ndone\n/);
     expect(result.output).toContain("lost its exit code");
     expect((await s.execute("echo next")).output).toBe("next\n");
+    expect(await Promise.all(Array.from({ length: 4 }, (_, i) => s.execute(`echo ${i}`)))).toEqual(
+      Array.from({ length: 4 }, (_, i) => ({ output: `${i}\n`, exitCode: 0, truncated: false })),
+    );
   });
 
   it("runs 10 commands at once, each with its own stdin, output, stderr and exit code", async () => {
