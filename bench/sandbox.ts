@@ -320,8 +320,9 @@ export const sandboxGroup: BenchGroup = {
                 ? ["A bwrap per command (the launcher joins the cgroups, prlimit sets rlimits, bwrap builds the namespaces): what every command cost before the warm supervisor."]
                 : [
                     `Limits in force with the default options here: memory by ${limits?.memory ?? "?"}, processes by ${limits?.processes ?? "?"}.`,
-                    "A warm supervisor (a sh loop started once inside the sandbox's bwrap) forks each command, which joins a pids cgroup of " +
-                      "its own and execs `/bin/sh -c`; Node talks to it over a pipe and FIFOs, so a command pays no bwrap start and no Node spawn.",
+                    "A warm supervisor (a sh loop started once inside the sandbox's bwrap) keeps a resident shell per slot, moved into the " +
+                      "slot's pids cgroup once; it forks each command, which execs `/bin/sh -c`. Node talks to it over FIFOs, so a command pays " +
+                      "no bwrap start, no Node spawn and no cgroup move.",
                     "All bubblewrap configurations and both floors were sampled interleaved, call by call, so they saw the same load on this " +
                       "shared 2-core machine; the floors move with it.",
                   ];
