@@ -258,13 +258,13 @@ export class CompositeBackend extends BaseBackend implements Sandbox {
     return { matches: merged.matches, truncated: merged.truncated || results.some((r) => r.truncated) };
   }
 
-  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false, sizes = true): Promise<FileInfo[]> {
     const root = searchRoot(path);
     const matcher = compileGlob(pattern, root);
     const results = await Promise.all(
       this.fanOut(matcher.root).map(async (t) => {
         const innerPattern = globMeansTheSame(pattern, t, root) ? pattern : "**";
-        const found = this.unwrap(t, await t.backend.glob(innerPattern, { path: t.inner, includeDirectories })).entries;
+        const found = this.unwrap(t, await t.backend.glob(innerPattern, { path: t.inner, includeDirectories, sizes })).entries;
         return found
           .map((info) => ({ ...info, path: outer(t.prefix, info.path) }))
           .filter((info) => {
@@ -365,7 +365,7 @@ export class CompositeBackend extends BaseBackend implements Sandbox {
   }
 
   /** A change routed to one backend, answered in the seed result shape the driver contract uses, with outer paths. */
-  private async routed<R extends { path: string; filesUpdate: FilesUpdate; occurrences?: number }>(
+  private async routed<R extends { path: string; filesUpdate: FilesUpdate; occurrences?: number; content?: string }>(
     filePath: string,
     call: (t: Target) => Promise<Result<R>>,
   ): Promise<WriteResult & EditResult & DeleteResult> {
@@ -387,6 +387,7 @@ export class CompositeBackend extends BaseBackend implements Sandbox {
       filesUpdate: this.outerUpdate(t, result.filesUpdate) as never,
     };
     if (result.occurrences !== undefined) answer.occurrences = result.occurrences;
+    if (result.content !== undefined) answer.content = result.content;
     return answer;
   }
 

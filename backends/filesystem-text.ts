@@ -5,7 +5,7 @@
  * All of it goes through directory fds from safe-fs.ts and the shared line,
  * read and grep rules from core/.
  */
-import { spawn } from "node:child_process";
+import type { spawn } from "node:child_process";
 import { closeSync, fstatSync, openSync, read, readSync } from "node:fs";
 import type { FileHandle } from "node:fs/promises";
 import { errors } from "../core/errors.js";
@@ -15,7 +15,8 @@ import { forEachLine } from "../core/format.js";
 import { grepText } from "../core/grep.js";
 import type { GrepMatch } from "../core/types.js";
 import { findOnPath, isExecutable } from "./executable.js";
-import { at, READ_FLAGS } from "./safe-fs.js";
+import { at, keepShape, READ_FLAGS } from "./safe-fs.js";
+import { childProcess } from "../stores/lazy-builtins.js";
 
 /** Files up to this size are read whole (exact formatRead semantics); larger ones stream. */
 export const WHOLE_FILE_LIMIT = 8 * 1024 * 1024;
@@ -102,6 +103,7 @@ export function grepFile(dirFd: number, name: string, path: string, needle: Need
   let handedOver = false;
   try {
     const stat = fstatSync(fd);
+    keepShape(stat);
     if (!stat.isFile()) return;
     if (stat.size > WHOLE_FILE_LIMIT) {
       handedOver = true;
@@ -186,7 +188,7 @@ export async function ripgrepCandidates(dir: FileHandle, pattern: string, visit:
   const args = ["--files-with-matches", "--null", "--fixed-strings", "--hidden", "--no-ignore", "--no-config", "--no-messages", "-E", "none"];
   let child: ReturnType<typeof spawn>;
   try {
-    child = spawn(rg, [...args, "-e", pattern, "--", "."], { cwd: at(dir), stdio: ["ignore", "pipe", "ignore"] });
+    child = childProcess().spawn(rg, [...args, "-e", pattern, "--", "."], { cwd: at(dir), stdio: ["ignore", "pipe", "ignore"] });
   } catch {
     return false; // an argument rg cannot be given (too long, a NUL): the JS walk answers instead
   }

@@ -1,4 +1,4 @@
-import { closeSync, type Dirent, fstatSync, openSync, readFileSync, type Stats } from "node:fs";
+import { closeSync, type Dirent, fstatSync, openSync, statfsSync, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
 import { BaseBackend, failure, textWindow, type TextWindow, type UploadAnswer, type DownloadAnswer } from "../core/base.js";
@@ -6,18 +6,19 @@ import { mapLimit } from "../core/concurrency.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, StrataError } from "../core/errors.js";
 import { decodeText, encodeText, fileDataFromBytes } from "../core/filedata.js";
-import { compileGlob } from "../core/glob.js";
+import { compileGlob, type GlobMatcher } from "../core/glob.js";
 import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
 import { KeyedMutex } from "../core/lock.js";
-import { isWithin, joinPath, normalizePath, parentOf, relativeTo, sortByPath } from "../core/paths.js";
+import { isWithin, joinPath, normalizePath, parentOf, relativeTo, sortByPath, sortEntriesOfOneDirectory } from "../core/paths.js";
 import type { DeleteResult, EditResult, FileDataV2, FileInfo, FilesUpdate, GrepMatch } from "../core/types.js";
 import type { PermissionOptions } from "../core/permissions.js";
 import type { GrepResult, WriteResult } from "../core/types.js";
+import { ListingCache } from "./listing-cache.js";
 import { guarded } from "./permissions.js";
 import { grepFile, type Needle, readWindow, ripgrepCandidates, ripgrepPath, WHOLE_FILE_LIMIT } from "./filesystem-text.js";
 import { at, errno, isInternalName, lstatAt, lstatAtSync, lstatNamesSync, openDirAt, openDirPath, openDirPathSync, procFdAvailable, READ_FLAGS, withFileLock } from "./safe-fs.js";
-import { DIR_FLAGS, DirCursor, readDirFast, removeAt, replaceAtomicAtFd, Slicer, tryFileLockSync, walkFiles, writeAtomicAt } from "./safe-fs.js";
+import { DIR_FLAGS, DirCursor, readDirFast, readKnownSizeSync, removeAt, replaceAtomicAtFd, Slicer, tryFileLockSync, walkFiles, writeAtomicAt } from "./safe-fs.js";
 
 export interface FilesystemBackendOptions {
   /** The workspace: the host directory holding the files; created if missing. */
@@ -76,7 +77,7 @@ function readSmallAt(dirFd: number, name: string): SmallFile | undefined {
     fd = openSync(at(dirFd, name), READ_FLAGS);
     const stat = fstatSync(fd);
     if (!stat.isFile() || stat.size > SMALL_FILE_BYTES) return undefined;
-    return { bytes: readFileSync(fd), stat };
+    return { bytes: readKnownSizeSync(fd, stat.size), stat };
   } catch {
     return undefined;
   } finally {
@@ -138,6 +139,8 @@ export class FilesystemBackend extends BaseBackend {
   private measuring: Promise<Usage> | undefined;
   /** Quota-checked changes counted in `usage` but maybe not on disk yet. */
   private inFlight = 0;
+  /** Listings without sizes of directories unchanged since (see ListingCache). */
+  private readonly listings = new ListingCache();
 
   constructor(private readonly options: FilesystemBackendOptions) {
     super();
@@ -163,22 +166,36 @@ export class FilesystemBackend extends BaseBackend {
       if (start === undefined) return [];
       if ("stat" in start) return [this.info(r.path, start.stat)];
       try {
-        const entries = (await readDirFast(start.fd)).filter((entry) => !isInternalName(entry.name));
-        if (!sizes) return sortByPath(this.kindsOnly(start.fd, r.path, entries));
+        const askedAt = Date.now();
+        const stat = fstatSync(start.fd);
+        const keep = !sizes && this.listings.trusts(stat.dev, () => statfsSync(at(start.fd)).type);
+        if (keep) {
+          const kept = this.listings.get(r.path, stat);
+          if (kept) return kept;
+        }
+        const entries = (await readDirFast(start.fd, stat)).filter((entry) => !isInternalName(entry.name));
+        if (!sizes) {
+          const infos = this.kindsOnly(start.fd, r.path, entries);
+          if (keep) this.listings.set(r.path, stat, askedAt, infos);
+          return infos;
+        }
         // One lstat per entry, synchronously in slices (Slicer: a thread-pool round trip each costs several times the call).
         const infos: FileInfo[] = [];
+        const shown: string[] = [];
         const slicer = new Slicer();
         for (let i = 0; i < entries.length; i += LSTAT_CHUNK) {
           const names = entries.slice(i, i + LSTAT_CHUNK).map((entry) => entry.name);
           const stats = lstatNamesSync(start.fd, names);
           names.forEach((name, k) => {
             const stat = stats[k];
-            if (stat) infos.push(this.info(joinPath(r.path, name), stat));
+            if (!stat) return;
+            infos.push(this.info(joinPath(r.path, name), stat));
+            shown.push(stat.isDirectory() ? `${name}/` : name);
           });
           const pause = slicer.yieldIfDue();
           if (pause) await pause;
         }
-        return sortByPath(infos);
+        return sortEntriesOfOneDirectory(infos, shown);
       } finally {
         await start.close();
       }
@@ -274,8 +291,8 @@ export class FilesystemBackend extends BaseBackend {
       const r = this.resolve(filePath);
       shown = r.shown;
       const quick = await this.editSmall(r, oldString, newString, replaceAll);
-      if (quick !== undefined) return { path: r.shown, occurrences: quick, filesUpdate: null };
-      const occurrences = await this.mutate(r, false, async (dir, name) => {
+      if (quick !== undefined) return { path: r.shown, ...quick, filesUpdate: null };
+      const { occurrences, content } = await this.mutate(r, false, async (dir, name) => {
         const { text, read } = await openFileIn(dir, name, r.shown, async (handle, stat) => {
           const current = decodeText(await handle.readFile());
           if (current === null) throw errors.binary(r.shown, stat.size);
@@ -293,9 +310,9 @@ export class FilesystemBackend extends BaseBackend {
         await this.withinQuota(r.shown, { bytes: bytes.length - read.size, files: 0 }, () =>
           writeAtomicAt(dir, name, bytes, { overwrite: true, mode: read.mode & 0o777, fsync: this.options.fsync, beforeReplace: unchanged }),
         );
-        return edited.occurrences;
+        return { occurrences: edited.occurrences, content: textAsWritten(edited.text) };
       });
-      return { path: r.shown, occurrences, filesUpdate: null };
+      return { path: r.shown, occurrences, ...(content === undefined ? {} : { content }), filesUpdate: null };
     } catch (error) {
       return failure(fsError(error, shown), shown);
     }
@@ -311,7 +328,7 @@ export class FilesystemBackend extends BaseBackend {
    * yet, the lock held by another writer, or a file that is not a
    * small regular file (whose exact error that path answers).
    */
-  private async editSmall(r: Resolved, oldString: string, newString: string, replaceAll: boolean): Promise<number | undefined> {
+  private async editSmall(r: Resolved, oldString: string, newString: string, replaceAll: boolean): Promise<{ occurrences: number; content?: string } | undefined> {
     if (this.hostRootPath === undefined || r.segments.length === 0) return undefined;
     const hostRoot = this.hostRootPath;
     return pathTurns.run(`${this.workspace}\0${r.path}`, async () => {
@@ -346,7 +363,7 @@ export class FilesystemBackend extends BaseBackend {
             },
           }),
         );
-        return edited.occurrences;
+        return { occurrences: edited.occurrences, content: textAsWritten(edited.text) };
       } finally {
         release?.();
         closeSync(dir);
@@ -452,10 +469,8 @@ export class FilesystemBackend extends BaseBackend {
     // No file needs more matches than the global cap plus one (to know it was cut).
     const needle: Needle = { text: pattern, bytes: Buffer.from(pattern), limit: (maxCount ?? Infinity) + 1 };
     const matches: GrepMatch[] = [];
-    const search: FileVisitor = (dirFd, name, filePath) => {
-      if (isInternalName(name)) return;
-      if (!matcher || matcher(filePath)) return grepFile(dirFd, name, this.outside(filePath), needle, matches);
-    };
+    const run: GrepRun = { matcher, needle, matches, shownPrefix: this.virtualMode || this.workspace === "/" ? "" : this.workspace };
+    const search: FileVisitor = (dirFd, name, filePath) => searchFile(run, dirFd, name, filePath);
     try {
       const start = await this.openStart(this.located(startPath), true);
       if (start !== undefined && !("dir" in start)) {
@@ -489,24 +504,18 @@ export class FilesystemBackend extends BaseBackend {
    * False when rg failed: the caller walks instead.
    */
   private async searchWithRipgrep(dir: FileHandle, dirPath: string, pattern: string, search: FileVisitor): Promise<boolean> {
-    const cursor = new DirCursor(dir.fd);
-    const slicer = new Slicer();
+    const candidates: Candidates = { cursor: new DirCursor(dir.fd), slicer: new Slicer(), dirPath, search };
     try {
-      return await ripgrepCandidates(dir, pattern, (relative) => {
-        const segments = relative.split("/");
-        if (segments.some(isInternalName)) return slicer.maybeYield();
-        const parentFd = cursor.enter(segments.slice(0, -1));
-        const reading = parentFd === undefined ? undefined : search(parentFd, segments.at(-1)!, joinPath(dirPath, relative));
-        return reading ?? slicer.maybeYield();
-      });
+      return await ripgrepCandidates(dir, pattern, (relative) => checkCandidate(candidates, relative));
     } finally {
-      cursor.close();
+      candidates.cursor.close();
     }
   }
 
-  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false, sizes = true): Promise<FileInfo[]> {
     const r = this.searchPath(path);
     const matcher = compileGlob(this.virtualPattern(pattern), r.path);
+    const byName = matcher.byName;
     const found: FileInfo[] = [];
     try {
       const start = await this.openStart(this.located(matcher.root), true);
@@ -516,14 +525,19 @@ export class FilesystemBackend extends BaseBackend {
       } else if (start !== undefined) {
         try {
           await walkFiles(start.dir, matcher.root, {
+            fileName: byName,
+            fileSuffix: matcher.nameSuffix,
+            // Without sizes the directory entry's kind is the answer: no stat per match (what `rg --files` does).
             file: (dirFd, name, filePath) => {
-              if (isInternalName(name) || !matcher(filePath)) return;
+              if (!byName && !matcher(filePath)) return;
+              if (!sizes) return void found.push({ path: this.outside(filePath), is_dir: false });
               const stat = lstatAtSync(dirFd, name);
               if (stat?.isFile()) found.push(this.info(filePath, stat));
             },
             dir: includeDirectories
               ? (dirFd, name, dirPath) => {
                   if (!matcher.matchesDirectory(dirPath)) return;
+                  if (!sizes) return void found.push({ path: `${this.outside(dirPath)}/`, is_dir: true });
                   const stat = lstatAtSync(dirFd, name);
                   if (stat?.isDirectory()) found.push(this.info(dirPath, stat));
                 }
@@ -609,7 +623,7 @@ export class FilesystemBackend extends BaseBackend {
       fd = openSync(at(parent, r.segments.at(-1)!), READ_FLAGS);
       const stat = fstatSync(fd);
       if (!stat.isFile() || stat.size > SMALL_FILE_BYTES) return undefined;
-      const bytes = readFileSync(fd);
+      const bytes = readKnownSizeSync(fd, stat.size);
       return { path: filePath, content: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), error: null };
     } catch {
       return undefined;
@@ -734,16 +748,20 @@ export class FilesystemBackend extends BaseBackend {
    */
   private kindsOnly(dirFd: number, dir: string, entries: readonly Dirent[]): FileInfo[] {
     const infos: FileInfo[] = [];
+    const shown: string[] = [];
     for (const entry of entries) {
-      const path = joinPath(dir, entry.name);
-      if (entry.isDirectory()) infos.push({ path: `${this.outside(path)}/`, is_dir: true });
-      else if (entry.isFile() || entry.isSymbolicLink()) infos.push({ path: this.outside(path), is_dir: false });
-      else {
-        const stat = lstatAtSync(dirFd, entry.name);
-        if (stat) infos.push(stat.isDirectory() ? { path: `${this.outside(path)}/`, is_dir: true } : { path: this.outside(path), is_dir: false });
+      const { name } = entry;
+      let isDir = entry.isDirectory();
+      if (!isDir && !entry.isFile() && !entry.isSymbolicLink()) {
+        const stat = lstatAtSync(dirFd, name);
+        if (!stat) continue;
+        isDir = stat.isDirectory();
       }
+      const path = this.outside(joinPath(dir, name));
+      infos.push(isDir ? { path: `${path}/`, is_dir: true } : { path, is_dir: false });
+      shown.push(isDir ? `${name}/` : name);
     }
-    return infos;
+    return sortEntriesOfOneDirectory(infos, shown);
   }
 
   private info(path: string, stat: Stats): FileInfo {
@@ -931,6 +949,36 @@ export class FilesystemBackend extends BaseBackend {
   }
 }
 
+/** One grep's state, for the module-level steps below (whose optimized code, unlike a closure's made per call, outlives a full GC). */
+interface GrepRun {
+  matcher: GlobMatcher | undefined;
+  needle: Needle;
+  matches: GrepMatch[];
+  /** What turns a virtual path into the one results show (outside()): the workspace in host-path mode. */
+  shownPrefix: string;
+}
+
+function searchFile(run: GrepRun, dirFd: number, name: string, filePath: string): void | Promise<void> {
+  if (isInternalName(name)) return;
+  if (!run.matcher || run.matcher(filePath)) return grepFile(dirFd, name, run.shownPrefix + filePath, run.needle, run.matches);
+}
+
+/** What checking ripgrep's candidates needs: the directories on the way kept open, and the clock. */
+interface Candidates {
+  cursor: DirCursor;
+  slicer: Slicer;
+  dirPath: string;
+  search: FileVisitor;
+}
+
+function checkCandidate(c: Candidates, relative: string): void | Promise<void> {
+  const segments = relative.split("/");
+  if (segments.some(isInternalName)) return c.slicer.maybeYield();
+  const parentFd = c.cursor.enter(segments.slice(0, -1));
+  const reading = parentFd === undefined ? undefined : c.search(parentFd, segments.at(-1)!, joinPath(c.dirPath, relative));
+  return reading ?? c.slicer.maybeYield();
+}
+
 /** Opens the regular file `name` in `dir` without following a symlink; directories and special files are refused. */
 async function openFileIn<T>(dir: FileHandle, name: string, shown: string, body: (handle: FileHandle, stat: Stats) => Promise<T>): Promise<T> {
   const handle = await fs.open(at(dir, name), READ_FLAGS);
@@ -986,4 +1034,13 @@ function fsError(error: unknown, shown: string, creating = false): StrataError {
     default:
       return new StrataError("io_error", `I/O error on '${shown}' (${code ?? "unexpected error"})`, code ? undefined : { cause: error });
   }
+}
+
+/**
+ * Edited.content: the text the edit wrote, unless it holds a lone surrogate
+ * (a caller's newString may), which UTF-8 writes as U+FFFD: that text is not
+ * what the file holds, so it is left out and a caller reads the file.
+ */
+function textAsWritten(text: string): string | undefined {
+  return /\p{Cs}/u.test(text) ? undefined : text;
 }

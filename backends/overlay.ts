@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto";
 import { BaseBackend, textWindow, unwrap, type TextWindow, type UploadAnswer } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, printable, StrataError, toErrorInfo } from "../core/errors.js";
@@ -13,6 +12,7 @@ import type { DeleteResult, EditResult, FileData, FileDataV2, FileInfo, FilesUpd
 import type { Namespace, Store } from "../stores/store.js";
 import { FilesystemBackend } from "./filesystem.js";
 import { guarded } from "./permissions.js";
+import { nodeCrypto } from "../stores/lazy-builtins.js";
 
 export interface OverlayBackendOptions {
   /** The host directory the layer lies over. It is only read until `commit()`. */
@@ -154,7 +154,7 @@ export class OverlayBackend extends BaseBackend {
           if (entry.kind === "whiteout" || entry.kind === "dir") changes.set(path, { before: await before(path), after: undefined });
           continue;
         }
-        for (const file of unwrap(await this.disk.glob("**", { path })).entries) {
+        for (const file of unwrap(await this.disk.glob("**", { path, sizes: false })).entries) {
           if (this.entries.get(file.path)?.kind === "file" || changes.has(file.path)) continue;
           changes.set(file.path, { before: await before(file.path), after: undefined });
         }
@@ -373,10 +373,10 @@ export class OverlayBackend extends BaseBackend {
     return capMatches(sortMatches(matches), maxCount);
   }
 
-  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false, sizes = true): Promise<FileInfo[]> {
     await this.loaded();
     const matcher = compileGlob(pattern, searchRoot(path));
-    const options = { path: path ?? undefined, includeDirectories };
+    const options = { path: path ?? undefined, includeDirectories, sizes };
     if (this.entries.size === 0) return unwrap(await this.disk.glob(pattern, options)).entries;
     const found = new Map<string, FileInfo>();
     if (this.diskSearchable(matcher.root)) {
@@ -514,7 +514,7 @@ export class OverlayBackend extends BaseBackend {
     if (this.hiddenAbove(path)) return { touched, whiteout: false };
     const there = await this.disk.stat(path);
     if (there.error) return { touched, whiteout: false };
-    if (there.is_dir) for (const file of unwrap(await this.disk.glob("**", { path })).entries) touched.push(file.path);
+    if (there.is_dir) for (const file of unwrap(await this.disk.glob("**", { path, sizes: false })).entries) touched.push(file.path);
     return { touched, whiteout: true };
   }
 
@@ -669,7 +669,7 @@ export class OverlayBackend extends BaseBackend {
       if (entry.kind === "dir" && !entry.opaque) continue;
       const there = await this.disk.stat(path);
       if (there.error || !there.is_dir) continue;
-      for (const file of unwrap(await this.disk.glob("**", { path })).entries) {
+      for (const file of unwrap(await this.disk.glob("**", { path, sizes: false })).entries) {
         if (!this.bases.has(file.path) && !conflicts.has(file.path)) conflicts.set(file.path, { path: file.path, reason: "created" });
       }
     }
@@ -812,7 +812,7 @@ function checkName(path: string): void {
 }
 
 function hashOf(bytes: Uint8Array): string {
-  return createHash("sha256").update(bytes).digest("hex");
+  return nodeCrypto().createHash("sha256").update(bytes).digest("hex");
 }
 
 function sameVersion(base: BaseVersion, current: BaseVersion): boolean {

@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from "node:async_hooks";
-import { BaseBackend, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
+import { BaseBackend, deleteUnlessDirectory, deletesUnlessDirectory, type DeletesUnlessDirectory, type SingleDelete, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
 import { streamExecute, type ExecuteStream } from "../sandboxes/output.js";
 import { StrataError, errors, printable, toErrorInfo, type ErrorInfo } from "../core/errors.js";
 import { fileDataFromBytes } from "../core/filedata.js";
@@ -169,21 +169,27 @@ export class PermissionedBackend extends BaseBackend {
    */
   private async authorizeTree(operations: PermissionOperation[], method: string, driverPath: string, mapTo?: (file: string) => string): Promise<void> {
     if (!operations.some((op) => this.policy.hasRestrictions(op))) return;
-    const listed = await this.inner.glob("**", { path: this.caller(driverPath) });
+    const listed = await this.inner.glob("**", { path: this.caller(driverPath), sizes: false });
     if (listed.error) {
       if (TREE_NOT_ENTERED.has(listed.error.code)) return;
       throw new StrataError(listed.error.code, `${method} was not run: what it would change could not be checked against the permission rules (${listed.error.message})`);
     }
-    for (const file of listed.entries) {
+    // The path itself was authorised by the caller (an `ask` rule asks once): only what lies under it is new here.
+    const root = normalizePath(driverPath);
+    await this.authorizeFiles(operations, method, listed.entries.filter((file) => this.driver(file.path) !== root), mapTo);
+  }
+
+  /** Every file of a listing (caller paths) must pass each operation. */
+  private async authorizeFiles(operations: PermissionOperation[], method: string, files: readonly FileInfo[], mapTo?: (file: string) => string): Promise<void> {
+    for (const file of files) {
       const path = this.driver(file.path);
       for (const op of operations) await this.authorize(op, method, mapTo ? mapTo(path) : path);
     }
   }
 
   /** A filter for one answer's entries: what the rules deny for reading is left out (each directory's rules worked out once). */
-  private visibleFilter(): (info: FileInfo) => boolean {
-    const action = this.policy.actionChecker("read");
-    return (info) => action(info.path) !== "deny";
+  private visible(entries: readonly FileInfo[]): FileInfo[] {
+    return this.policy.visible("read", entries);
   }
 
   // ---- path translation: the wrapped backend names paths as the caller does ----
@@ -228,7 +234,10 @@ export class PermissionedBackend extends BaseBackend {
 
   protected async doLs(path: string, sizes = true): Promise<FileInfo[]> {
     await this.authorize("read", "ls", path);
-    const entries = this.unwrap(await this.inner.ls(this.caller(path), sizes ? undefined : { sizes })).entries.filter(this.visibleFilter());
+    const dir = this.caller(path);
+    // Every entry is a child of one directory (or the file listed): its rules are worked out once (listingDenial).
+    const denied = this.policy.listingDenial("read", dir);
+    const entries = this.unwrap(await this.inner.ls(dir, sizes ? undefined : { sizes })).entries.filter((entry) => !denied(entry.path));
     return this.innerRoot === "/" ? entries : entries.map(this.driverInfo);
   }
 
@@ -261,13 +270,51 @@ export class PermissionedBackend extends BaseBackend {
 
   protected async doEdit(path: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult> {
     const input = await this.authorize("edit", "edit", path, { oldString, newString });
-    return this.changeResult(await this.inner.edit(this.caller(path), input.oldString!, input.newString!, { replaceAll })) as EditResult;
+    const result = this.changeResult(await this.inner.edit(this.caller(path), input.oldString!, input.newString!, { replaceAll })) as EditResult;
+    // The text the edit left is a read of the file: answered only where the rules allow reading it outright (no `ask`).
+    if (result.content !== undefined && this.policy.hasRestrictions("read") && this.policy.check("read", this.caller(path)).action !== "allow") delete result.content;
+    return result;
   }
 
   protected async doDelete(path: string): Promise<DeleteResult> {
     await this.authorize("delete", "delete", path);
+    if (this.policy.hasRestrictions("delete") && this[deletesUnlessDirectory]) {
+      // A file (or a link) has no tree under it: deleted in one step where the backend can refuse a directory there,
+      // and a directory's files come back in the same round trip, to be checked before the delete.
+      // A directory with no entry a refusing rule could name goes in the same step too.
+      const single = await this.innerDeleteUnlessDirectory(path, this.policy.refusalNames("delete"));
+      if (single.error?.code !== "unsupported") {
+        const done = this.unwrap(single);
+        if (done.deleted) return this.changeResult(done.deleted) as DeleteResult;
+        await this.authorizeFiles(["delete"], "delete", done.tree);
+        return this.changeResult(await this.inner.delete(this.caller(path))) as DeleteResult;
+      }
+    }
     await this.authorizeTree(["delete"], "delete", path);
     return this.changeResult(await this.inner.delete(this.caller(path))) as DeleteResult;
+  }
+
+  /** This wrapper's own rules first, then the wrapped backend's (so wrappers stack). */
+  protected override async doDeleteUnlessDirectory(path: string, names?: readonly string[]): Promise<DeleteResult | FileInfo[]> {
+    // Asked before the rules: an `ask` rule must not ask for a one-step delete that will not happen.
+    if (!this[deletesUnlessDirectory]) return super.doDeleteUnlessDirectory(path);
+    await this.authorize("delete", "delete", path);
+    // A whole directory only where neither an outer wrapper's rules nor this one's could refuse anything in it.
+    const own = this.policy.refusalNames("delete");
+    const both = names === undefined || own === undefined ? undefined : [...names, ...own];
+    const done = this.unwrap(await this.innerDeleteUnlessDirectory(path, both));
+    return done.deleted ? (this.changeResult(done.deleted) as DeleteResult) : done.tree.map(this.driverInfo);
+  }
+
+  /** As the wrapped backend: wrappers stack. */
+  override get [deletesUnlessDirectory](): boolean {
+    return (this.inner as Partial<DeletesUnlessDirectory>)[deletesUnlessDirectory] === true;
+  }
+
+  private innerDeleteUnlessDirectory(path: string, names?: readonly string[]): Promise<Result<SingleDelete>> {
+    const single = (this.inner as Partial<DeletesUnlessDirectory>)[deleteUnlessDirectory];
+    if (typeof single !== "function") return Promise.resolve({ error: toErrorInfo(new StrataError("unsupported", "no single-step delete")) });
+    return single.call(this.inner, this.caller(path), undefined, names);
   }
 
   protected override async doStat(path: string): Promise<FileInfo> {
@@ -321,10 +368,12 @@ export class PermissionedBackend extends BaseBackend {
     return capMatches(all, maxCount);
   }
 
-  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false, sizes = true): Promise<FileInfo[]> {
     await this.authorize("read", "glob", path ?? "/");
-    const found = this.unwrap(await this.inner.glob(pattern, { path: path === null ? undefined : this.caller(path), includeDirectories })).entries;
-    return found.filter(this.visibleFilter()).map(this.driverInfo);
+    const found = this.unwrap(await this.inner.glob(pattern, { path: path === null ? undefined : this.caller(path), includeDirectories, sizes })).entries;
+    const shown = this.visible(found);
+    // Over a backend rooted at `/` driver and caller paths agree: the entries (fresh from the glob) serve as they are.
+    return this.innerRoot === "/" ? shown : shown.map(this.driverInfo);
   }
 
   protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
@@ -483,7 +532,7 @@ export function withPermissions(backend: Backend, options: PermissionOptions): P
 const TREE_NOT_ENTERED = new Set<string>(["file_not_found", "not_a_directory", "permission_denied", "invalid_path", "sandbox_closed"]);
 
 /** The methods a guarded instance answers through its permission wrapper. */
-const GUARDED = new Set<PropertyKey>(["ls", "read", "readRaw", "write", "edit", "delete", "grep", "glob", "stat", "mkdir", "move", "copy", "uploadFiles", "downloadFiles", "execute", "executeStream", "spawn"]);
+const GUARDED = new Set<PropertyKey>(["ls", "read", "readRaw", "write", "edit", "delete", deleteUnlessDirectory, "grep", "glob", "stat", "mkdir", "move", "copy", "uploadFiles", "downloadFiles", "execute", "executeStream", "spawn"]);
 
 /**
  * What the constructors of FilesystemBackend and the sandboxes return: the

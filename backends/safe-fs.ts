@@ -17,11 +17,10 @@
  * beside their target for a moment; listings and searches hide them
  * (isInternalName).
  */
-import { createHash, randomBytes } from "node:crypto";
 import { hostname } from "node:os";
-import { isMainThread } from "node:worker_threads";
-import { closeSync, constants, fchmodSync, fstatSync, fsync, lstatSync, mkdirSync, openSync, readdirSync, renameSync, rmdirSync, unlinkSync, writeSync, type Dirent, type Stats } from "node:fs";
+import { closeSync, constants, fchmodSync, fstatSync, fsync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmdirSync, unlinkSync, writeSync, type Dirent, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
+import { nodeCrypto, workerThreads } from "../stores/lazy-builtins.js";
 import { isReservedName } from "../core/paths.js";
 
 const { O_RDONLY, O_WRONLY, O_CREAT, O_EXCL, O_DIRECTORY, O_NOFOLLOW, O_NONBLOCK } = constants;
@@ -184,7 +183,7 @@ let borrowCwd = false;
 
 /** Lets lstatNamesSync borrow this process's working directory, or (`false`) no longer; main thread only (see borrowCwd). */
 export function borrowWorkingDirectory(on = true): void {
-  borrowCwd = on && isMainThread;
+  borrowCwd = on && workerThreads().isMainThread;
 }
 
 /**
@@ -235,11 +234,31 @@ const SYNC_DIR_BYTES = 256 * 1024;
  * sorts them). A small directory is read synchronously: the read costs
  * about what a thread-pool round trip alone does on a busy machine, and
  * blocks the event loop for a few milliseconds at most. A larger one is
- * read on the thread pool, so no call stalls the others for long.
+ * read on the thread pool, so no call stalls the others for long. `stat`:
+ * the directory's, when the caller has it already.
  */
-export function readDirFast(dirFd: number): Dirent[] | Promise<Dirent[]> {
-  if (fstatSync(dirFd).size <= SYNC_DIR_BYTES) return readdirSync(at(dirFd), { withFileTypes: true });
+export function readDirFast(dirFd: number, stat: Stats = fstatSync(dirFd)): Dirent[] | Promise<Dirent[]> {
+  if (stat.size <= SYNC_DIR_BYTES) return readdirSync(at(dirFd), { withFileTypes: true });
   return fs.readdir(at(dirFd), { withFileTypes: true });
+}
+
+/**
+ * The bytes of the regular file open on `fd` whose fstat the caller has
+ * already taken (`size`): readFileSync(fd) would fstat it again. As
+ * readFileSync, at most `size` bytes, fewer when it shrank meanwhile. An
+ * empty file is read to its end (a special filesystem reports 0 for a file
+ * that is not empty).
+ */
+export function readKnownSizeSync(fd: number, size: number): Buffer {
+  if (size === 0) return readFileSync(fd);
+  const bytes = Buffer.allocUnsafe(size);
+  let filled = 0;
+  while (filled < size) {
+    const n = readSync(fd, bytes, filled, size - filled, null);
+    if (n === 0) break;
+    filled += n;
+  }
+  return filled === size ? bytes : bytes.subarray(0, filled);
 }
 
 export function readDirAt(dir: FileHandle): Promise<Dirent[]> {
@@ -264,7 +283,7 @@ export interface AtomicWriteOptions {
  * the old content or the new, never a torn file.
  */
 export async function writeAtomicAt(dir: FileHandle, name: string, bytes: Uint8Array, options: AtomicWriteOptions): Promise<void> {
-  const temp = `${TEMP_PREFIX}${randomBytes(8).toString("hex")}`;
+  const temp = `${TEMP_PREFIX}${nodeCrypto().randomBytes(8).toString("hex")}`;
   const handle = await fs.open(at(dir, temp), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o666);
   let renamed = false;
   try {
@@ -331,13 +350,14 @@ function writeAll(fd: number, bytes: Uint8Array): void {
  * trip per step. For small files (see Slicer on what a round trip costs).
  */
 export async function replaceAtomicAtFd(dirFd: number, name: string, bytes: Uint8Array, options: Omit<AtomicWriteOptions, "overwrite" | "beforeReplace"> & { beforeReplace?: () => void }): Promise<void> {
-  const temp = at(dirFd, `${TEMP_PREFIX}${randomBytes(8).toString("hex")}`);
-  const fd = openSync(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o666);
+  const temp = at(dirFd, `${TEMP_PREFIX}${nodeCrypto().randomBytes(8).toString("hex")}`);
+  // Created with the mode wanted: a chmod (a change the filesystem journals) only when the umask or a default ACL altered it.
+  const fd = openSync(temp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, options.mode ?? 0o666);
   let renamed = false;
   try {
     try {
       writeAll(fd, bytes);
-      if (options.mode !== undefined) fchmodSync(fd, options.mode);
+      if (options.mode !== undefined && (fstatSync(fd).mode & 0o7777) !== options.mode) fchmodSync(fd, options.mode);
       if (options.fsync !== false) await new Promise<void>((resolve, reject) => fsync(fd, (error) => (error ? reject(error) : resolve())));
     } finally {
       closeSync(fd);
@@ -397,6 +417,9 @@ const SLICE_MS = 4;
 export class Slicer {
   private start = performance.now();
   private calls = 0;
+  constructor() {
+    keepShape(this);
+  }
   /**
    * A promise to await when the slice is over, else undefined (awaiting
    * nothing would still cost a microtask turn per step).
@@ -429,58 +452,178 @@ function tryOpenDirSync(dirFd: number, name: string): number | undefined {
 export interface WalkOptions {
   /** Called for each regular file (symlinks and special files are skipped); may return a promise for slow work. */
   file: (dirFd: number, name: string, path: string) => void | Promise<void>;
+  /** Files whose name fails this are skipped before their path is even built (a glob that tests names alone). */
+  fileName?: (name: string) => boolean;
+  /** fileName as a suffix (GlobMatcher.nameSuffix): files whose name does not end with it are skipped, with no call per name. */
+  fileSuffix?: string;
   /** Called for each directory before it is entered (symlinks to directories are not directories here). */
   dir?: (dirFd: number, name: string, path: string) => void;
 }
 
+/** Directories whose entries may be read on the thread pool at once, while this thread reads and handles others. */
+const READ_AHEAD = 32;
+
+/** A directory met by a walk: its fd stays open while its own entries or subdirectories not yet opened need it. */
+interface WalkDir {
+  fd: number;
+  path: string;
+  /** Its entries being read or handled (1), plus subdirectories not opened yet. */
+  holds: number;
+}
+
+/** One walk's state, handed to the module-level steps below. */
+interface Walk {
+  startFd: number;
+  options: WalkOptions;
+  /** Subdirectories found, not opened yet; last in, first opened, so the walk stays deep and its open fds few. */
+  todo: Array<{ parent: WalkDir; name: string; path: string }>;
+  /** Directories the pool has read, not handled yet. */
+  read: Array<{ dir: WalkDir; entries: Dirent[] | undefined }>;
+  inFlight: number;
+  wake: (() => void) | undefined;
+  slicer: Slicer;
+}
+
 /**
- * Walks every directory under `start` (left open for the caller) depth
- * first through directory fds, never following symlinks; `startPath` is
- * its virtual path. Directories that vanish or turn into symlinks midway
- * are skipped. Open fds: one per level of depth.
+ * One object of each class that hot code relies on, kept alive. V8 keeps
+ * the hidden class of an object only while some object has it, and drops
+ * optimized code that relied on a class it dropped: after a full GC between
+ * two searches (a long-running agent has them all the time, between tool
+ * calls) Node's Dirent and Stats code and ours ran unoptimized and were
+ * compiled again, a third more CPU per walk. For the same reason the walk's
+ * steps are module-level functions, not closures made per walk (whose
+ * optimized code V8 holds only while one of them lives).
+ */
+const keptShapes = new Map<unknown, object>();
+
+/** Keeps `value` alive as its class's one object that outlives a search (see keptShapes); once per search, not per entry. */
+export function keepShape(value: object): void {
+  if (!keptShapes.has(value.constructor)) keptShapes.set(value.constructor, value);
+}
+
+/**
+ * Walks every directory under `start` (left open for the caller) through
+ * directory fds, never following symlinks; `startPath` is its virtual path.
+ * Each subdirectory is opened (O_NOFOLLOW) through its parent's fd and its
+ * entries are read through its own fd. Reading entries is most of a walk's
+ * time (ripgrep reads with a thread per core), so up to READ_AHEAD
+ * directories are read on the thread pool while this thread reads others
+ * itself and handles whatever has been read; the pool's answers come in at
+ * each of the Slicer's turns of the event loop. Callbacks run one at a time,
+ * in no set order (callers sort). Directories that vanish or turn into
+ * symlinks midway are skipped. Open fds: READ_AHEAD and about one per
+ * subdirectory waiting along the current path.
  */
 export async function walkFiles(start: FileHandle, startPath: string, options: WalkOptions): Promise<void> {
-  interface Frame {
-    fd: number;
-    path: string;
-    entries: Dirent[];
-    next: number;
-  }
-  const stack: Frame[] = [];
-  const enter = (fd: number, path: string) => {
-    try {
-      stack.push({ fd, path, entries: readdirSync(at(fd), { withFileTypes: true }), next: 0 });
-    } catch {
-      if (fd !== start.fd) closeSync(fd);
-    }
-  };
-  const slicer = new Slicer();
+  const w: Walk = { startFd: start.fd, options, todo: [], read: [], inFlight: 0, wake: undefined, slicer: new Slicer() };
   try {
-    enter(start.fd, startPath);
-    while (stack.length > 0) {
-      const frame = stack.at(-1)!;
-      const entry = frame.entries[frame.next++];
-      if (entry === undefined) {
-        stack.pop();
-        if (frame.fd !== start.fd) closeSync(frame.fd);
-        continue;
+    const entries = readEntriesSync(start.fd);
+    if (entries !== undefined && entries.length > 0) keepShape(entries[0]!);
+    const first = handleDir(w, { fd: start.fd, path: startPath, holds: 1 }, entries);
+    if (first) await first;
+    for (;;) {
+      // The pool takes the directories found first (the bottom of the stack); this thread, the last.
+      while (w.inFlight + w.read.length < READ_AHEAD && w.todo.length > 1) {
+        const d = openNext(w);
+        if (d) readOnPool(w, d);
       }
-      const path = frame.path === "/" ? `/${entry.name}` : `${frame.path}/${entry.name}`;
-      // Whatever sits under an internal name (a command may make a directory of one) is as hidden as the name.
-      if (isInternalName(entry.name)) continue;
-      if (entry.isDirectory()) {
-        options.dir?.(frame.fd, entry.name, path);
-        const fd = tryOpenDirSync(frame.fd, entry.name);
-        if (fd !== undefined) enter(fd, path);
-      } else if (entry.isFile()) {
-        const pending = options.file(frame.fd, entry.name, path);
+      const ready = w.read.shift();
+      if (ready) {
+        const pending = handleDir(w, ready.dir, ready.entries);
         if (pending) await pending;
+      } else if (w.todo.length > 0) {
+        const d = openNext(w);
+        if (d) {
+          const pending = handleDir(w, d, readEntriesSync(d.fd));
+          if (pending) await pending;
+        }
+        // A turn of the event loop takes in what the pool has read meanwhile and lets it read on.
+        if (w.inFlight > 0) await new Promise((resolve) => setImmediate(resolve));
+      } else if (w.inFlight > 0) {
+        await new Promise<void>((resolve) => (w.wake = resolve));
+        w.wake = undefined;
+      } else {
+        break;
       }
-      const pause = slicer.maybeYield();
+      const pause = w.slicer.yieldIfDue();
       if (pause) await pause;
     }
   } finally {
-    for (const frame of stack) if (frame.fd !== start.fd) closeSync(frame.fd);
+    // Left early (a callback threw): no fd is closed while a read may still be using it.
+    while (w.inFlight > 0) await new Promise<void>((resolve) => (w.wake = resolve));
+    for (const { dir: d } of w.read.splice(0)) if (d.fd !== w.startFd) closeSync(d.fd);
+    const open = new Set(w.todo.splice(0).map((item) => item.parent));
+    for (const d of open) if (d.fd !== w.startFd) closeSync(d.fd);
+  }
+}
+
+function release(w: Walk, d: WalkDir): void {
+  if (--d.holds === 0 && d.fd !== w.startFd) closeSync(d.fd);
+}
+
+/** Opens the subdirectory found last, or undefined when it cannot be (gone, swapped for a symlink). */
+function openNext(w: Walk): WalkDir | undefined {
+  const next = w.todo.pop()!;
+  const fd = tryOpenDirSync(next.parent.fd, next.name);
+  release(w, next.parent);
+  return fd === undefined ? undefined : { fd, path: next.path, holds: 1 };
+}
+
+function readOnPool(w: Walk, d: WalkDir): void {
+  w.inFlight++;
+  void fs
+    .readdir(at(d.fd), { withFileTypes: true })
+    .catch(() => undefined)
+    .then((entries) => {
+      w.inFlight--;
+      w.read.push({ dir: d, entries });
+      w.wake?.();
+    });
+}
+
+/** Handles the entries of `current`, then releases it; a promise only when a callback or the Slicer makes it wait. */
+function handleDir(w: Walk, current: WalkDir, entries: Dirent[] | undefined): Promise<void> | undefined {
+  let pending: Promise<void> | undefined;
+  try {
+    pending = entries === undefined ? undefined : handleEntries(w, current, entries, 0);
+  } finally {
+    if (pending === undefined) release(w, current);
+  }
+  return pending?.finally(() => release(w, current));
+}
+
+/** Handles entries[from..] of `current`, synchronously until a callback answers a promise or a slice is over. */
+function handleEntries(w: Walk, current: WalkDir, entries: Dirent[], from: number): Promise<void> | undefined {
+  const { file, fileName, fileSuffix, dir } = w.options;
+  const prefix = current.path === "/" ? "/" : `${current.path}/`;
+  for (let i = from; i < entries.length; i++) {
+    const entry = entries[i]!;
+    const name = entry.name;
+    // Whatever sits under an internal name (a command may make a directory of one) is as hidden as the name.
+    if (isInternalName(name)) continue;
+    if (entry.isDirectory()) {
+      const path = prefix + name;
+      dir?.(current.fd, name, path);
+      current.holds++;
+      w.todo.push({ parent: current, name, path });
+    } else if (entry.isFile() && (fileSuffix !== undefined ? name.endsWith(fileSuffix) : fileName === undefined || fileName(name))) {
+      const done = file(current.fd, name, prefix + name);
+      const pause = done ? done.then(() => w.slicer.maybeYield()) : w.slicer.maybeYield();
+      if (pause) return pause.then(() => handleEntries(w, current, entries, i + 1));
+    }
+  }
+  return undefined;
+}
+
+/** Directories whose entries may be read on the thread pool at once, while this thread reads and handles others. */
+
+
+/** The entries of the directory `fd` is open on, or undefined when it cannot be read (gone meanwhile). */
+function readEntriesSync(fd: number): Dirent[] | undefined {
+  try {
+    return readdirSync(at(fd), { withFileTypes: true });
+  } catch {
+    return undefined;
   }
 }
 
@@ -490,7 +633,9 @@ export async function walkFiles(start: FileHandle, startPath: string, options: W
  */
 export class DirCursor {
   private readonly open: Array<{ name: string; fd: number }> = [];
-  constructor(private readonly base: number) {}
+  constructor(private readonly base: number) {
+    keepShape(this);
+  }
 
   /** The fd of the directory at `segments` below the base, or undefined when it cannot be opened safely. */
   enter(segments: readonly string[]): number | undefined {
@@ -531,7 +676,7 @@ const thisHost = hostname();
 
 /** The lock file of `name`: a fixed-length hash, so a 255-byte name still has a lock name that fits. */
 function lockName(name: string): string {
-  return LOCK_PREFIX + createHash("sha256").update(name).digest("hex").slice(0, 32);
+  return LOCK_PREFIX + nodeCrypto().createHash("sha256").update(name).digest("hex").slice(0, 32);
 }
 
 function isAlive(pid: number): boolean {

@@ -1,4 +1,4 @@
-import { BaseBackend, type UploadAnswer, failure, readRawNow } from "../core/base.js";
+import { BaseBackend, type UploadAnswer, failure, readRawNow, writeNow } from "../core/base.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, isStrataError, StrataError, toErrorInfo } from "../core/errors.js";
 import { fileDataInfo, fileDataFromBytes, fileDataFromText, fileDataSize, fileDataText, toFileDataV2 } from "../core/filedata.js";
@@ -195,9 +195,10 @@ export class StoreBackend extends BaseBackend implements Snapshots {
     const store = this.store;
     if (!store.getSync || !this.direct) return undefined;
     try {
-      const key = normalizePath(path);
-      const item = store.getSync(this.namespaceSpec as Namespace, key);
-      return item && { path: key, data: toFileDataV2(item.value) };
+      // A path that starts with `/` is looked up as given: the store checks a key it does not hold, and one it holds
+      // is normal, so a hit needs no normalising. Any other path (`a.txt`, `/a//b`) is answered by the generic route.
+      const item = store.getSync(this.namespaceSpec as Namespace, path.charCodeAt(0) === 47 ? path : normalizePath(path));
+      return item && { path: item.key, data: toFileDataV2(item.value) };
     } catch {
       // the generic route answers it
       return undefined;
@@ -205,24 +206,29 @@ export class StoreBackend extends BaseBackend implements Snapshots {
   }
 
   override write(path: unknown, content: unknown, options?: unknown): Promise<Result<Changed>> {
+    const now = options === undefined && typeof path === "string" && typeof content === "string" ? this[writeNow](path, content) : undefined;
+    return now ? Promise.resolve(now) : super.write(path, content, options);
+  }
+
+  /** The plain create, done at once where the store can; undefined (nothing changed) sends the caller down the generic route. */
+  [writeNow](path: string, content: string): Changed | undefined {
     const store = this.store;
-    if (options === undefined && typeof path === "string" && typeof content === "string" && store.putFileSync && this.direct) {
-      try {
-        const key = normalizePath(path);
-        const data = fileDataFromText(content);
-        this.checkSize(key, data);
-        store.putFileSync(this.namespaceSpec as Namespace, key, data, CREATE);
-        return Promise.resolve({ path: key, filesUpdate: null });
-      } catch {
-        // the generic route answers it
-      }
+    if (!store.putFileSync || !this.direct) return undefined;
+    try {
+      const key = normalizePath(path);
+      const data = fileDataFromText(content);
+      this.checkSize(key, data);
+      store.putFileSync(this.namespaceSpec as Namespace, key, data, CREATE);
+      return { path: key, filesUpdate: null };
+    } catch {
+      // the generic route answers it
+      return undefined;
     }
-    return super.write(path, content, options);
   }
 
   /**
    * True when the fast path applies: a fixed namespace, caller paths that are
-   * driver paths, and this class's own readRaw, doReadRaw and doWrite. Asked once:
+   * driver paths, and this class's own readRaw, write, doReadRaw and doWrite. Asked once:
    * none of these changes after construction.
    */
   private get direct(): boolean {
@@ -230,6 +236,7 @@ export class StoreBackend extends BaseBackend implements Snapshots {
       typeof this.namespaceSpec !== "function" &&
       this.pathRoot === "/" &&
       this.readRaw === StoreBackend.prototype.readRaw &&
+      this.write === StoreBackend.prototype.write &&
       this.doReadRaw === StoreBackend.prototype.doReadRaw &&
       this.doWrite === StoreBackend.prototype.doWrite);
   }

@@ -140,7 +140,8 @@ export const filesystemGroup: BenchGroup = {
     const label = `${fileCount / 1000}k-file tree`;
     const root = await generatedTree(ctx, fileCount);
     // Every row here has deepagents (the seed shape) among its peers, so Strata is measured through toSeedProtocol.
-    const strata = toSeedProtocol(new FilesystemBackend({ workspace: root, virtualMode: true }));
+    const native = new FilesystemBackend({ workspace: root, virtualMode: true });
+    const strata = toSeedProtocol(native);
     const deepagents = new DeepagentsFilesystemBackend({ rootDir: root, virtualMode: true });
     const haveRg = await commandAvailable("rg");
     if (!haveRg) ctx.log("rg not found: the ripgrep rows are left out (apt-get install ripgrep)");
@@ -193,6 +194,24 @@ export const filesystemGroup: BenchGroup = {
         notes: ["deepagents' FilesystemBackend.glob runs fast-glob, then stats each match."],
       }),
     );
+
+    if (haveRg) {
+      ctx.log(`glob ${GLOB}, paths only, over the ${label}`);
+      results.push(
+        await compare({
+          ...common,
+          name: `glob \`${GLOB}\` over a ${label}, paths only (\`sizes: false\`, as the glob tool asks)`,
+          strata: { name: "Strata FilesystemBackend", run: async () => (await native.glob(GLOB, { sizes: false })).entries?.length ?? -1 },
+          peers: [rg(["--files", "--hidden", "--no-ignore", "-g", "*.ts"], `--files --hidden --no-ignore -g '*.ts'`)],
+          target: { kind: "ratio", peer: "rg CLI `rg --files --hidden --no-ignore -g '*.ts'`", min: 1 / 1.5, text: "within 1.5× of rg" },
+          notes: [
+            "Both list paths from directory entries, with no stat per match. rg walks with a thread per core (2 here); Strata opens each " +
+              "directory relative to its parent's descriptor (no symlink followed) and reads entries both on the event loop's thread and on " +
+              "the thread pool (up to 32 directories at once), then sorts the answer.",
+          ],
+        }),
+      );
+    }
 
     results.push(await readBigFile(ctx, this.name));
     return results;

@@ -7,18 +7,18 @@
  * used); the root case checks that, too (a warning if it does), and is held
  * to issue 14's target of 30 ms.
  *
- * The sources are transpiled file by file with esbuild (what tsc emits into
- * dist/, without bundling) into the cache directory, so the figure is that of
+ * The package's JavaScript is built as `npm run build` builds it
+ * (scripts/build-lib.ts) into the cache directory, so the figure is that of
  * the built package and not of a TypeScript loader.
  *
  * Each engine's first use is measured too: loading its package after the root
  * import, in a fresh process, as the class does when first constructed.
  */
 import { execFile } from "node:child_process";
-import { mkdirSync, readdirSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { dirname, join, posix, relative } from "node:path";
+import { mkdirSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { type Metafile, build } from "esbuild";
+import { type LibraryBuild, buildLibrary } from "../scripts/build-lib.js";
 import { type BenchGroup, type CaseResult, type GroupContext, formatMs, median } from "./harness.js";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -28,74 +28,67 @@ const ENGINES = ["pg", "ioredis", "dockerode", "ssh2", "better-sqlite3"];
 const ROOT_TARGET_MS = 30;
 
 /**
- * Transpiles index.ts and the modules of `dirs` into `out`, next to a link to
- * the project's node_modules: the built package's files (as tsc emits them
- * into dist/), without a TypeScript loader. The default: what the root and
- * core entries import.
+ * Builds the package's JavaScript into `out` (emptied first) as `npm run
+ * build` does into dist/, next to a link to the project's node_modules.
  */
-export async function transpile(out: string, dirs: readonly string[] = ["core", "backends", "stores", "sandboxes"]): Promise<Metafile> {
+export async function buildPackage(out: string): Promise<LibraryBuild> {
   rmSync(out, { recursive: true, force: true });
   mkdirSync(out, { recursive: true });
-  const entryPoints = ["index.ts"];
-  for (const dir of dirs) {
-    for (const name of readdirSync(join(ROOT, dir))) if (name.endsWith(".ts")) entryPoints.push(join(dir, name));
-  }
-  const { metafile } = await build({
-    entryPoints: entryPoints.map((p) => join(ROOT, p)),
-    outdir: out,
-    outbase: ROOT,
-    format: "esm",
-    platform: "node",
-    target: "node20",
-    logLevel: "error",
-    metafile: true,
-  });
+  const built = await buildLibrary(out);
   writeFileSync(join(out, "package.json"), JSON.stringify({ type: "module", private: true }));
   symlinkSync(realpathSync(join(ROOT, "node_modules")), join(out, "node_modules"));
-  return metafile;
+  return built;
 }
 
 /** What an entry loads at import: its static imports, followed through the package's own files. */
 export interface ImportGraph {
-  /** The package's own modules (the entry included) and their bytes as emitted. */
-  modules: number;
+  /** The package's files (the entry included) and their bytes. */
+  files: number;
   bytes: number;
+  /** The source modules compiled into those files. */
+  sources: number;
   /** Packages from node_modules, by name (their own files not followed). */
   packages: string[];
   /** Node built-ins (`node:` specifiers). */
   builtins: string[];
 }
 
+/** A static `import … from "x"`, `export … from "x"` or `import "x"` at the start of a line, as esbuild prints them. */
+const STATIC_IMPORT = /^(?:import|export)\s(?:[^;"'`]*?\sfrom\s*)?["']([^"']+)["'];?$/gm;
+
 /**
  * Walks the static imports (not `import()`, which loads on first use) from
- * `entry`, an output path as the metafile names it. The figures put the
- * import time in context: every module costs the loader a resolve, a read and
- * a compile, whatever its size.
+ * `entry`, reading the built files as Node would. The figures put the import
+ * time in context: every file costs the loader a resolve, a read and a
+ * compile, whatever its size.
  */
-export function importGraph(metafile: Metafile, entry: string): ImportGraph {
+export function importGraph(built: LibraryBuild, entry: string): ImportGraph {
   const seen = new Set<string>();
   const packages = new Set<string>();
   const builtins = new Set<string>();
+  const sources = new Set<string>();
+  const inputsOf = new Map(Object.entries(built.metafile.outputs).map(([file, output]) => [resolve(ROOT, file), Object.keys(output.inputs)]));
   let bytes = 0;
   const visit = (file: string): void => {
-    const output = metafile.outputs[file];
-    if (seen.has(file) || !output) return;
+    if (seen.has(file)) return;
     seen.add(file);
-    bytes += output.bytes;
-    for (const { path, kind } of output.imports) {
-      if (kind !== "import-statement") continue;
-      if (path.startsWith("node:")) builtins.add(path.slice("node:".length));
-      else if (path.startsWith(".")) visit(posix.join(posix.dirname(file), path));
-      else packages.add(path.startsWith("@") ? path.split("/").slice(0, 2).join("/") : path.split("/")[0]!);
+    bytes += statSync(file).size;
+    for (const input of inputsOf.get(file) ?? []) if (!input.includes("node_modules/") && input.endsWith(".ts")) sources.add(input);
+    for (const [, path] of readFileSync(file, "utf8").matchAll(STATIC_IMPORT)) {
+      if (path!.startsWith("node:")) builtins.add(path!.slice("node:".length));
+      else if (path!.startsWith(".")) visit(resolve(dirname(file), path!));
+      else packages.add(path!.startsWith("@") ? path!.split("/").slice(0, 2).join("/") : path!.split("/")[0]!);
     }
   };
-  visit(entry);
-  return { modules: seen.size, bytes, packages: [...packages].sort(), builtins: [...builtins].sort() };
+  visit(resolve(entry));
+  return { files: seen.size, bytes, sources: sources.size, packages: [...packages].sort(), builtins: [...builtins].sort() };
 }
 
 interface Sample {
   /** From just before `import()` to its resolution, inside the child. */
   importMs: number;
+  /** The child's CPU time (user + system) over the same span: what a busy machine inflates least. */
+  cpuMs: number;
   /** From spawn to exit, seen by this process (Node's own start-up included). */
   processMs: number;
   /** Engine packages in the child's CommonJS registry after the import (all five are CommonJS). */
@@ -103,13 +96,16 @@ interface Sample {
 }
 
 const CHILD = `
+const cpu0 = process.cpuUsage();
 const t0 = performance.now();
 await import(process.argv[1]);
 const importMs = performance.now() - t0;
+const cpu = process.cpuUsage(cpu0);
+const cpuMs = (cpu.user + cpu.system) / 1000;
 const { createRequire } = await import("node:module");
 const files = Object.keys(createRequire(import.meta.url).cache);
 const engines = ${JSON.stringify(ENGINES)}.filter((name) => files.some((file) => file.includes("/node_modules/" + name + "/")));
-process.stdout.write(JSON.stringify({ importMs, engines }));
+process.stdout.write(JSON.stringify({ importMs, cpuMs, engines }));
 `;
 
 /** What loading one engine package costs the first time its class is used, after the root import (as optionalPackage loads it). */
@@ -145,14 +141,14 @@ function engineLoadOnce(entry: string, name: string, cwd: string): Promise<numbe
 
 function importOnce(entry: string, cwd: string): Promise<Sample> {
   const env = { ...process.env };
-  delete env.NODE_OPTIONS; // no loader (tsx) in the child: it imports the transpiled files as a user would
+  delete env.NODE_OPTIONS; // no loader (tsx) in the child: it imports the built files as a user would
   return new Promise((resolve, reject) => {
     const started = performance.now();
     execFile(process.execPath, ["--input-type=module", "-e", CHILD, pathToFileURL(entry).href], { cwd, env, timeout: 60_000 }, (error, stdout, stderr) => {
       const processMs = performance.now() - started;
       if (error) return reject(new Error(`import of ${entry} failed: ${stderr.trim().split("\n").slice(-3).join(" | ") || error.message}`));
-      const { importMs, engines } = JSON.parse(stdout) as Omit<Sample, "processMs">;
-      resolve({ importMs, processMs, engines });
+      const { importMs, cpuMs, engines } = JSON.parse(stdout) as Omit<Sample, "processMs">;
+      resolve({ importMs, cpuMs, processMs, engines });
     });
   });
 }
@@ -162,13 +158,12 @@ export const importGroup: BenchGroup = {
   title: "Import: cold import of the root and core entries, a fresh process each time",
   async run(ctx: GroupContext): Promise<CaseResult[]> {
     const out = join(ctx.cacheDir, "import-build");
-    const metafile = await transpile(out);
+    const built = await buildPackage(out);
     const entries = [
       { label: `\`${PACKAGE}\` (root entry)`, file: join(out, "index.js") },
       { label: `\`${PACKAGE}/core\``, file: join(out, "core", "index.js") },
     ];
-    // The metafile names outputs relative to the working directory, with `/`.
-    const graphs = entries.map((entry) => importGraph(metafile, relative(process.cwd(), entry.file).split("\\").join("/")));
+    const graphs = entries.map((entry) => importGraph(built, entry.file));
     const runs = ctx.quick ? 5 : ctx.reps * 3;
     const samples: Sample[][] = entries.map(() => []);
     // One warm-up each (the page cache), then runs taking turns so noise falls on both alike.
@@ -182,7 +177,8 @@ export const importGroup: BenchGroup = {
       const processMs = median(mine.map((s) => s.processMs));
       const graph = graphs[i]!;
       const engines = [...new Set(mine.flatMap((s) => s.engines))];
-      ctx.log(`${entry.label}: import p50 ${formatMs(median(mine.map((s) => s.importMs)))}, whole process p50 ${formatMs(processMs)}`);
+      const cpuMs = median(mine.map((s) => s.cpuMs));
+      ctx.log(`${entry.label}: import p50 ${formatMs(median(mine.map((s) => s.importMs)))} (CPU ${formatMs(cpuMs)}), whole process p50 ${formatMs(processMs)}`);
       return {
         group: this.name,
         name: `cold import of ${entry.label}, fresh process`,
@@ -191,15 +187,15 @@ export const importGroup: BenchGroup = {
           medianMs: median(mine.map((s) => s.importMs)),
           samples: mine.length,
           note:
-            `whole process ${formatMs(processMs)}; ${graph.modules} modules of the package (${Math.round(graph.bytes / 1024)} kB)` +
+            `CPU ${formatMs(cpuMs)}; whole process ${formatMs(processMs)}; ${graph.files} files of the package (${Math.round(graph.bytes / 1024)} kB, ${graph.sources} source modules)` +
             `${graph.packages.length > 0 ? `, packages ${graph.packages.join(", ")}` : ""}, ${graph.builtins.length} Node built-ins` +
             `${engines.length > 0 ? `; loaded ${engines.join(", ")}` : ""}`,
         },
         peers: [],
         warnings: [],
         notes: [
-          "Time from just before `import()` to its resolution inside a fresh `node -e` (files transpiled by esbuild as tsc emits them, no bundling); " +
-            "'whole process' is spawn to exit, Node's start-up included.",
+          "Time from just before `import()` to its resolution inside a fresh `node -e` (the package's JavaScript as `npm run build` makes it: scripts/build-lib.ts); " +
+            "'CPU' is the child's CPU time over that span (p50), which a busy machine inflates less than wall time; 'whole process' is spawn to exit, Node's start-up included.",
         ],
       };
     });

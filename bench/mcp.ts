@@ -5,19 +5,16 @@
  * list a directory, read 100 files at once, search file names, search
  * content (the peer has no content search), and edit a file.
  */
-import { cpSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { generatedTree, TREE_NEEDLE } from "./filesystem.js";
 import { type BenchGroup, type CaseResult, type Contender, type GroupContext, compare, countLines } from "./harness.js";
 import { bundleCli } from "../scripts/bundle-cli.js";
-import { transpile } from "./imports.js";
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
+import { buildPackage } from "./imports.js";
 
 const PEER_BIN = createRequire(import.meta.url).resolve("@modelcontextprotocol/server-filesystem/dist/index.js");
 const STRATA = "Strata `strata mcp` (stdio)";
@@ -73,8 +70,7 @@ export const mcpGroup: BenchGroup = {
     const tree = await generatedTree(ctx, fileCount);
     ctx.log("MCP: building Strata's command (the package's JavaScript, as npm run build makes it: the bundled bin)");
     const build = join(ctx.cacheDir, "mcp-build");
-    await transpile(build, ["cli", "mcp", "tools", "core", "backends", "stores", "sandboxes", "runtime", "adapters"]);
-    cpSync(join(ROOT, "runtime", "cold-start.json"), join(build, "runtime", "cold-start.json"));
+    await buildPackage(build);
     await bundleCli(build);
     strataBin = join(build, "cli", "strata.js");
     const common = { group: this.name, reps: ctx.reps };
@@ -128,9 +124,32 @@ export const mcpGroup: BenchGroup = {
           notes: [
             note,
             "Both answer each entry's name and whether it is a directory, from the directory alone (no stat per entry): Strata's `ls` with `sizes: false` (full paths, sorted, the secrets preset's names left out), the peer's `list_directory` (`[FILE]`/`[DIR]` and the name, in directory order, also repeated as structuredContent).",
+            "The directory is unchanged between calls, so Strata's FilesystemBackend answers its names from the listing it kept (ListingCache: kept while the directory's fstat stamps stay the same, for a directory last changed 3 s or more before); the peer reads the directory at every call. The next row changes the directory before every call.",
           ],
         }),
       );
+      // An entry renamed before each call (by both contenders, timed alike): the directory is never settled, so no listing
+      // is kept and every call reads it; the entry count stays the same.
+      const [churnA, churnB] = [join(tree, "pkg0", "churn-a.txt"), join(tree, "pkg0", "churn-b.txt")];
+      writeFileSync(churnA, "x");
+      let renamed = false;
+      const change = () => {
+        renamed = !renamed;
+        if (renamed) renameSync(churnA, churnB);
+        else renameSync(churnB, churnA);
+      };
+      results.push(
+        await compare({
+          ...common,
+          ...pair(
+            `list a ${entries}-entry directory of a ${label}: names and kinds, the directory changed before each call`,
+            async () => (change(), countLines(await call(strata, "ls", { path: "/pkg0", sizes: false }))),
+            async () => (change(), countLines(await call(peer, "list_directory", { path: join(tree, "pkg0") }))),
+          ),
+          notes: [note, "Each call first renames one file in the directory (both contenders alike), so Strata's kept listing never applies: both read the directory every time."],
+        }),
+      );
+      rmSync(renamed ? churnB : churnA);
       results.push(
         await compare({
           ...common,

@@ -4,7 +4,7 @@
  * - the round trip of `execute("true")`, p50 and p99, for every sandbox
  *   (Bubblewrap p50 ≤ 3 ms, issue 14: a warm supervisor; Docker p50 ≤ 0.5× a raw exec of the same
  *   command on the same container);
- * - execute round trips per file operation of the derived sandboxes (1; edit 2);
+ * - execute round trips per file operation of the derived sandboxes (at most 1 each);
  * - a 1000-file upload in one transfer;
  * - Strata's file operations against deepagents' BaseSandbox driven over the
  *   same Docker container with the same transport;
@@ -88,15 +88,15 @@ class CountingBubblewrap extends BubblewrapSandbox {
   }
 }
 
-/** Round trips a DockerSandbox made so far: execs, requests on its reused sessions, archive transfers. */
+/** Round trips a DockerSandbox made so far: execs (less the kills that may follow a command), requests on its reused sessions, archive transfers. */
 function dockerTrips(sandbox: DockerSandbox): number {
-  return sandbox.stats.execs + sandbox.stats.sessionRequests + sandbox.stats.putArchives + sandbox.stats.getArchives;
+  return sandbox.stats.execs - sandbox.stats.kills + sandbox.stats.sessionRequests + sandbox.stats.putArchives + sandbox.stats.getArchives;
 }
 
 function describeDockerTrips(before: DockerSandbox["stats"], after: DockerSandbox["stats"]): string {
   const parts: string[] = [];
   const add = (n: number, what: string) => n > 0 && parts.push(`${n} ${what}${n === 1 ? "" : "s"}`);
-  add(after.execs - before.execs, "exec");
+  add(after.execs - after.kills - (before.execs - before.kills), "exec");
   add(after.sessionRequests - before.sessionRequests, "session request");
   add(after.getArchives - before.getArchives, "getArchive");
   add(after.putArchives - before.putArchives, "putArchive");
@@ -369,9 +369,10 @@ export const sandboxGroup: BenchGroup = {
                 "not with the `docker exec` CLI, whose figure is mostly the CLI process's own start-up (a Go binary, config load, " +
                 "API version negotiation); that comparison would flatter Strata. The raw forms run `sh -c true`, since an agent's " +
                 "command is a shell string; Strata runs it as a request on a root exec session kept open, started by root in a process group " +
-                "of its own and dropped to the unprivileged default user for the command only (setpriv; root waits for it and reports its " +
-                "status), after locking the files its permission rules deny (a second request on a root session). An image whose setpriv " +
-                "cannot drop (BusyBox's applet has no --reuid) takes an exec per command, so its row stays near 1×.",
+                "of its own and dropped to the unprivileged default user for the command only (setpriv; on BusyBox, whose setpriv has no " +
+                "--reuid, nsenter -S from a root session started with the user's group; root waits for it and reports its status), after " +
+                "locking the files its permission rules deny (a second request on a root session). An image with neither takes an exec " +
+                "per command, so its row would stay near 1×.",
             ],
           }),
         );
@@ -423,14 +424,15 @@ export const sandboxGroup: BenchGroup = {
         await count("glob", () => sandbox.glob("**/*.txt", { path: prefix }));
         await count("download batch (201 files)", () => sandbox.downloadFiles(fixture.map(([path]) => path)));
         await count("delete", () => sandbox.delete(prefix));
-        const met = counts.every(([op, n]) => n === 1 || (op === "edit" && n === 2));
-        const edit = counts.find(([op]) => op === "edit")?.[1];
+        // At most one: an operation served on the host side (BubblewrapSandbox's download, read straight from the workspace's
+        // directory) takes none, which beats one.
+        const met = counts.every(([, n]) => n <= 1);
         results.push({
           group,
           name: `round trips per file op, ${name}: ${counts.map(([op, n]) => `${op} ${n}`).join(" · ")}`,
           strata: { name, medianMs: NaN, samples: 1 },
           peers: [],
-          target: { kind: "check", met: met && edit === 1, text: "1 round trip per op" },
+          target: { kind: "check", met, text: "at most 1 round trip per op" },
           warnings: failures,
           notes: [
             "Counted on a real sandbox by observing its round trips while each operation runs once on small files " +
@@ -438,7 +440,8 @@ export const sandboxGroup: BenchGroup = {
               "archive transfers, requests on its reused exec sessions). edit is 1 here because the file was just written: the edit " +
               "is applied to the copy kept then and sent as the compare-and-swap write; on a file the sandbox has not read or written " +
               "since its last command it takes 2 (fetch with checksum, then the swap). A Docker upload measures the workspace for the " +
-              "quota first (one request), and deleting a directory lists it first for the permission rules (one request).",
+              "quota in its own request; deleting a directory checks it for names the permission rules could refuse in the same " +
+              "script (a rule ending in `**`, or a tree the user cannot see whole, takes a listing first: one request more).",
           ],
         });
       };
@@ -476,8 +479,8 @@ export const sandboxGroup: BenchGroup = {
         const requests = describeDockerTrips(before, sandbox.stats);
         // One request carries the whole batch (a session's up to 1 MiB, else an exec); one more measures the quota first. The
         // archive API unpacks as root and through planted links, so it is not used.
-        const trips = sandbox.stats.execs - before.execs + sandbox.stats.sessionRequests - before.sessionRequests;
-        const oneTransfer = trips >= 1 && trips <= 2 && sandbox.stats.putArchives === before.putArchives && sandbox.stats.getArchives === before.getArchives;
+        const trips = sandbox.stats.execs - sandbox.stats.kills - (before.execs - before.kills) + sandbox.stats.sessionRequests - before.sessionRequests;
+        const oneTransfer = trips === 1 && sandbox.stats.putArchives === before.putArchives && sandbox.stats.getArchives === before.getArchives;
         let raw = 0;
         const result = await compare({
           group,
@@ -498,7 +501,7 @@ export const sandboxGroup: BenchGroup = {
               },
             },
           ],
-          target: { kind: "check", met: oneTransfer, text: "one transfer (1 request for the batch, plus the quota's; no archive request)" },
+          target: { kind: "check", met: oneTransfer, text: "one transfer (1 request for the batch, the quota kept in it; no archive request)" },
           notes: ["Daemon requests counted with DockerSandbox.stats around one upload of the 1000 files into a fresh directory."],
         });
         results.push(result);

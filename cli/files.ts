@@ -102,7 +102,7 @@ export function fileCommands(): Command[] {
     .option("-d, --dirs", "match directories too")
     .action((pattern: string, flags: TargetFlags & { path?: string; dirs?: boolean }) =>
       withTarget(flags, async (backend) => {
-        const listing = unwrap(await backend.glob(pattern, { path: virtualPath(flags.path), includeDirectories: flags.dirs === true }));
+        const listing = unwrap(await backend.glob(pattern, { path: virtualPath(flags.path), includeDirectories: flags.dirs === true, sizes: flags.json === true }));
         if (flags.json) return printJson(listing);
         for (const e of listing.entries) process.stdout.write(`${e.path}\n`);
       }),

@@ -42,6 +42,8 @@ export interface ConformanceCapabilities {
   fuzzRuns?: number;
   /** Directories are real and outlive their last file (disk, sandboxes); see describeReliability. */
   realDirectories?: boolean;
+  /** A symbolic link a command makes is an entry of the workspace (default true; an overlay's layer holds none). */
+  links?: boolean;
   /** The code operations answer after `close` (default `sandbox_closed`; stores answer `unavailable`). */
   closedCode?: ErrorCode;
   /** spawn's stderr arrives merged into stdout (Docker and SSH: one output stream); see NativeOptions. */
@@ -650,6 +652,7 @@ export function runConformance<B extends Backend>(target: ConformanceTarget<B>):
       root: () => target.root?.(created) ?? "/",
       realDirectories: caps.realDirectories ?? caps.execute === true,
       execute: caps.execute === true,
+      links: caps.links !== false,
       separateStderr: caps.mergedStderr !== true,
     });
 

@@ -17,6 +17,8 @@ export interface NativeOptions {
   root: () => string;
   /** Directories are real: an empty one made by mkdir is listed and outlives its last file. */
   realDirectories: boolean;
+  /** A symbolic link a command makes is an entry of the workspace (see ConformanceCapabilities). */
+  links?: boolean;
   /** The backend is a sandbox: execute and spawn are tested. */
   execute: boolean;
   /**
@@ -138,6 +140,7 @@ export function describeNative(options: NativeOptions): void {
         ["glob", [{}]],
         ["glob", ["[", { path: "/" }]],
         ["glob", ["*", { includeDirectories: "yes" }]],
+        ["glob", ["*", { sizes: "no" }]],
         ["stat", [undefined]],
         ["mkdir", ["/d", "recursive"]],
         ["move", ["/a", 42]],
@@ -189,6 +192,18 @@ export function describeNative(options: NativeOptions): void {
         ok(await b().mkdir("/gd/empty"), "mkdir");
         expect(await paths("e*", { path: "/gd", includeDirectories: true })).toEqual(["/gd/empty/"]);
       }
+    });
+
+    it("globs the same paths and kinds with sizes: false as with sizes", async () => {
+      await put("/gs/a.ts", "a");
+      await put("/gs/src/b.ts", "bb");
+      await put("/gs/src/c.md", "c");
+      for (const [pattern, includeDirectories] of [["**", true], ["**", false], ["*.ts", false], ["src", true]] as const) {
+        const full = ok(await b().glob(pattern, { path: "/gs", includeDirectories }), `glob ${pattern}`).entries;
+        const lean = ok(await b().glob(pattern, { path: "/gs", includeDirectories, sizes: false }), `glob ${pattern} sizes: false`).entries;
+        expect(lean.map((e) => [e.path, e.is_dir === true]), `${pattern} ${includeDirectories}`).toEqual(full.map((e) => [e.path, e.is_dir === true]));
+      }
+      expect(ok(await b().glob("*.ts", { path: "/gs" }), "glob").entries.map((e) => e.size)).toEqual([1, 2]);
     });
 
     describe("stat, mkdir, move, copy", () => {
@@ -345,6 +360,37 @@ export function describeNative(options: NativeOptions): void {
         expect(ok(await sandbox.execute(`./${dir}/link && [ -d ${dir}/empty ] && [ -L ${dir}/link ] && echo kept`), dir).output).toBe("ran\nkept\n");
       }
       expect(await exists("/kit")).toBe(false);
+    });
+
+    if (options.execute && options.links !== false) it("lists links that loop (to their own directory, to each other) as entries, never leaves them out", async () => {
+      const sandbox = b();
+      if (!isSandbox(sandbox)) throw new Error("not a sandbox");
+      ok(await sandbox.execute("mkdir loops && : > loops/f && ln -s . loops/self && ln -s loop2 loops/loop1 && ln -s loop1 loops/loop2"), "prepare");
+      const names = ok(await sandbox.ls("/loops"), "ls").entries.map((e) => e.path.replace(/\/$/, ""));
+      expect(names).toEqual(["/loops/f", "/loops/loop1", "/loops/loop2", "/loops/self"]);
+    });
+
+    if (options.execute && options.links !== false) it("never passes a change through a linked directory: write, edit, delete, mkdir, move, copy and upload refuse it", async () => {
+      const sandbox = b();
+      if (!isSandbox(sandbox)) throw new Error("not a sandbox");
+      // The permission rules are checked on the path as given: a change through /via/… would reach /kept/… unchecked.
+      ok(await sandbox.execute("mkdir -p kept/sub && echo old > kept/f && echo old > kept/sub/g && echo mine > mine.txt && ln -s kept via"), "prepare");
+      const denied = (result: Result<object>, path: string) => fails(result, "permission_denied", path);
+      denied(await sandbox.write("/via/new.txt", "x"), "/via/new.txt");
+      denied(await sandbox.write("/via/f", "x", { overwrite: true }), "/via/f");
+      denied(await sandbox.edit("/via/f", "old", "new"), "/via/f");
+      denied(await sandbox.delete("/via/f"), "/via/f");
+      denied(await sandbox.delete("/via/sub"), "/via/sub");
+      denied(await sandbox.mkdir("/via/made"), "/via/made");
+      expect((await sandbox.move("/via/f", "/moved")).error?.code).toBe("permission_denied");
+      expect((await sandbox.move("/mine.txt", "/via/mine.txt")).error?.code).toBe("permission_denied");
+      expect((await sandbox.copy("/mine.txt", "/via/copied.txt")).error?.code).toBe("permission_denied");
+      const [upload] = ok(await sandbox.uploadFiles([["/via/up.txt", bytes("x")]]), "upload").files;
+      expect(upload!.error?.code).toBe("permission_denied");
+      expect(ok(await sandbox.execute("cd kept && find . | LC_ALL=C sort && cat f sub/g && cat ../mine.txt"), "after").output).toBe(".\n./f\n./sub\n./sub/g\nold\nold\nmine\n");
+      // The link itself is the change's own object: deleting it removes the link, never what it points at.
+      ok(await sandbox.delete("/via"), "delete the link");
+      expect(ok(await sandbox.execute("[ -L via ] || [ -e via ] || echo gone; cat kept/f"), "after delete").output).toBe("gone\nold\n");
     });
 
     if (options.execute) it("runs commands in the files' path space and spawns with live streams", async () => {

@@ -18,6 +18,7 @@ import type {
   GrepResult,
   Listing,
   Moved,
+  OperationOptions,
   ReadContent,
   Result,
   UploadItem,
@@ -52,9 +53,42 @@ export function checkBatch(items: unknown, method: "uploadFiles" | "downloadFile
  */
 export const readRawNow = Symbol("strata.readRawNow");
 
-/** A backend that may answer `readRaw` at once (see readRawNow). */
+/**
+ * The same for a plain create, `write(path, content)` with no options: the
+ * change done and answered at once, or undefined when the backend cannot
+ * (nothing was changed then, and the promise route answers, failures
+ * included).
+ */
+export const writeNow = Symbol("strata.writeNow");
+
+/**
+ * Internal: deletes a path in one step when it is not a directory (a file,
+ * a link, a special file); a directory stays as it was and the answer is
+ * its tree instead (every file under it, as `glob("**")` lists them). A
+ * backend that cannot do that answers `unsupported`. The permission wrapper
+ * deletes this way first: a file needs no listing to check, and a
+ * directory's listing comes in the same round trip. With `names`
+ * (PermissionPolicy.refusalNames), a directory none of whose entries below
+ * it bears one of those names is deleted too, in the same step.
+ */
+export const deleteUnlessDirectory = Symbol("strata.deleteUnlessDirectory");
+
+/** What deleteUnlessDirectory did: deleted the path, or left a directory and listed its files. */
+export type SingleDelete = { deleted: Changed; tree?: undefined } | { tree: FileInfo[]; deleted?: undefined };
+
+/** Whether a backend's deleteUnlessDirectory answers (rather than `unsupported`): a wrapper asks before it checks its rules. */
+export const deletesUnlessDirectory = Symbol("strata.deletesUnlessDirectory");
+
+/** A backend that may delete a non-directory in one step (see deleteUnlessDirectory). */
+export interface DeletesUnlessDirectory {
+  [deleteUnlessDirectory](path: string, options?: OperationOptions, names?: readonly string[]): Promise<Result<SingleDelete>>;
+  readonly [deletesUnlessDirectory]: boolean;
+}
+
+/** A backend that may answer `readRaw` and a plain create at once (see readRawNow, writeNow). */
 export interface ReadsNow {
   [readRawNow]?(path: string): { path: string; data: FileData } | undefined;
+  [writeNow]?(path: string, content: string): Changed | undefined;
 }
 
 export function unwrap<T extends object>(result: Result<T>): T {
@@ -122,8 +156,8 @@ export abstract class BaseBackend implements Backend {
   protected abstract doEdit(path: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult>;
   protected abstract doDelete(path: string): Promise<DeleteResult>;
   protected abstract doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult>;
-  /** Files matching; with `includeDirectories`, matching directories too (entries ending in `/`). */
-  protected abstract doGlob(pattern: string, path: string | null, includeDirectories?: boolean): Promise<FileInfo[]>;
+  /** Files matching; with `includeDirectories`, matching directories too (entries ending in `/`). `sizes` as for doLs. */
+  protected abstract doGlob(pattern: string, path: string | null, includeDirectories?: boolean, sizes?: boolean): Promise<FileInfo[]>;
   protected abstract doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]>;
 
   /** A window of a text file; throws `binary_file` for binary content. Backends with a faster path override it. */
@@ -257,7 +291,7 @@ export abstract class BaseBackend implements Backend {
     if (existing && (await this.doLs(target)).length > 0) {
       throw errors.notEmpty(target);
     }
-    const files = (await this.doGlob("**", source)).map((f): [string, string] => [f.path, joinPath(target, relativeTo(source, f.path))]);
+    const files = (await this.doGlob("**", source, false, false)).map((f): [string, string] => [f.path, joinPath(target, relativeTo(source, f.path))]);
     const sourceDirs: string[] = [source];
     for (let i = 0; i < sourceDirs.length; i++) {
       for (const entry of await this.doLs(sourceDirs[i]!)) {
@@ -424,7 +458,9 @@ export abstract class BaseBackend implements Backend {
         if (typeof oldString !== "string") throw errors.invalidArgument(`oldString must be a string, got ${typeName(oldString)}`);
         if (typeof newString !== "string") throw errors.invalidArgument(`newString must be a string, got ${typeName(newString)}`);
         const result = await this.doEdit(p, oldString, newString, flag(o, "replaceAll"));
-        return { ...changed(result, p), occurrences: result.occurrences ?? 0 };
+        const edited: Edited = { ...changed(result, p), occurrences: result.occurrences ?? 0 };
+        if (typeof result.content === "string") edited.content = result.content;
+        return edited;
       },
       this.callerChange,
     );
@@ -432,6 +468,29 @@ export abstract class BaseBackend implements Backend {
 
   delete(path: unknown, options?: unknown): Promise<Result<Changed>> {
     return this.answer(path, options, false, async (p) => changed(await this.doDelete(p), p), this.callerChange);
+  }
+
+  [deleteUnlessDirectory](path: unknown, options?: unknown, names?: readonly string[]): Promise<Result<SingleDelete>> {
+    return this.answer(
+      path,
+      options,
+      false,
+      async (p): Promise<SingleDelete> => {
+        const done = await this.doDeleteUnlessDirectory(p, names);
+        return Array.isArray(done) ? { tree: done } : { deleted: changed(done, p) };
+      },
+      (v) => (v.tree ? { tree: v.tree.map(this.callerInfo) } : { deleted: this.callerChange(v.deleted) }),
+    );
+  }
+
+  /** See deletesUnlessDirectory: true where doDeleteUnlessDirectory is overridden and answers. */
+  get [deletesUnlessDirectory](): boolean {
+    return false;
+  }
+
+  /** See deleteUnlessDirectory (the tree as an array); backends that can delete a non-directory in one step override it. */
+  protected doDeleteUnlessDirectory(path: string, _names?: readonly string[]): Promise<DeleteResult | FileInfo[]> {
+    return Promise.reject(new StrataError("unsupported", `This backend cannot delete '${printable(path)}' only when it is not a directory`, { path }));
   }
 
   grep(pattern: unknown, options?: unknown): Promise<Result<GrepResult>> {
@@ -455,7 +514,8 @@ export abstract class BaseBackend implements Backend {
       true,
       async (_, o) => {
         if (typeof pattern !== "string") throw errors.invalidArgument(`pattern must be a string, got ${typeName(pattern)}`);
-        return { entries: await this.doGlob(this.driverPattern(pattern), this.driverSearchPath(o.path), flag(o, "includeDirectories")) };
+        const sizes = o.sizes === undefined || flag(o, "sizes");
+        return { entries: await this.doGlob(this.driverPattern(pattern), this.driverSearchPath(o.path), flag(o, "includeDirectories"), sizes) };
       },
       (v) => ({ entries: v.entries.map(this.callerInfo) }),
     );

@@ -27,6 +27,14 @@ export interface GlobMatcher {
    * path itself is never a result, as `find` and deepagents leave it out.
    */
   matchesDirectory(path: string): boolean;
+  /**
+   * Set when the match of a path strictly below `root` depends on its last
+   * name alone (`*.ts`, `**\/*.ts`): a walker tests each entry's name before
+   * it builds the entry's path.
+   */
+  readonly byName?: (name: string) => boolean;
+  /** Set when byName is `name.endsWith(nameSuffix)` (`*.ts`): a walker tests that inline, with no call per name. */
+  readonly nameSuffix?: string;
 }
 
 /** Compiles `pattern` for searches under `searchPath` (a normalised absolute path). */
@@ -36,13 +44,20 @@ export function compileGlob(pattern: string, searchPath = "/"): GlobMatcher {
   const body = absolute ? pattern.replace(/^\/+/, "") : pattern;
   const base = absolute ? "/" : searchPath;
   const isBasenamePattern = !body.includes("/");
-  // POSIX spells a negated class `[!a]`; picomatch only reads `[^a]` that way.
+  // `**/X` (X without a slash) is X tested on the name at any depth below the base: testing the name
+  // alone spares building each path's relative form and running the longer `**` expression.
+  const nameBelow = isBasenamePattern ? undefined : /^(?:\*\*\/)+([^/]+)$/.exec(body)?.[1];
   let test: (input: string) => boolean;
   try {
-    test = picomatch(body.replace(/(^|[^\\])\[!/g, "$1[^"), PICOMATCH_OPTIONS);
+    // POSIX spells a negated class `[!a]`; picomatch only reads `[^a]` that way.
+    test = picomatch((nameBelow ?? body).replace(/(^|[^\\])\[!/g, "$1[^"), PICOMATCH_OPTIONS);
   } catch {
     throw errors.invalidArgument(`Invalid glob '${printable(pattern)}': picomatch cannot compile it`);
   }
+  // A name pattern `*.ext` (the commonest glob, `**/*.ts`) matches exactly the names ending in `.ext`
+  // (dotfiles included, as `dot` has it): a suffix test, not a regular expression per name.
+  const suffix = isBasenamePattern || nameBelow !== undefined ? /^\*(\.[\w.-]+)$/.exec(nameBelow ?? body)?.[1] : undefined;
+  if (suffix !== undefined) test = (name) => name.endsWith(suffix);
   const prefix = isBasenamePattern ? "" : literalPrefix(body);
   let root = prefix === "" ? base : joinPath(base, prefix);
   // An absolute pattern can only narrow the search path, never escape it.
@@ -51,6 +66,7 @@ export function compileGlob(pattern: string, searchPath = "/"): GlobMatcher {
     if (!isWithin(searchPath, path)) return false;
     if (isBasenamePattern) return test(baseName(path));
     if (!isWithin(base, path)) return false;
+    if (nameBelow !== undefined) return path !== base && test(baseName(path));
     const relative = relativeTo(base, path);
     return relative !== "" && test(relative);
   }) as GlobMatcher;
@@ -59,6 +75,8 @@ export function compileGlob(pattern: string, searchPath = "/"): GlobMatcher {
     pattern: { value: pattern },
     searchPath: { value: searchPath },
     matchesDirectory: { value: (path: string) => path !== searchPath && path !== "/" && matcher(path) },
+    byName: { value: isBasenamePattern || nameBelow !== undefined ? test : undefined },
+    nameSuffix: { value: suffix },
   });
   return matcher;
 }

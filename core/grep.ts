@@ -54,9 +54,14 @@ export function grepText(path: string, text: string, pattern: string, out: GrepM
   }
 }
 
+/** Module-level for the reason byPath is (paths.ts). */
+function byPathThenLine(a: GrepMatch, b: GrepMatch): number {
+  return a.path < b.path ? -1 : a.path > b.path ? 1 : a.line - b.line;
+}
+
 /** Sorts matches by path, then line: the order every backend returns. */
 export function sortMatches(matches: GrepMatch[]): GrepMatch[] {
-  return matches.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : a.line - b.line));
+  return matches.sort(byPathThenLine);
 }
 
 /** Caps merged matches at `maxCount`, reporting whether anything was cut. */

@@ -151,7 +151,7 @@ interface CompiledRule {
    * matcher has none: most names fail it, and it costs one test instead of
    * one per pattern.
    */
-  gate: ((path: string) => boolean) | null;
+  gate: ((path: string, start?: number) => boolean) | null;
 }
 
 /**
@@ -160,6 +160,7 @@ interface CompiledRule {
  */
 export class PermissionPolicy {
   private readonly compiled: CompiledRule[];
+  private readonly byOperation = new Map<PermissionOperation, readonly CompiledRule[]>();
 
   /** `root`: where relative patterns start (a sandbox's workspace, "/" elsewhere). */
   constructor(
@@ -195,16 +196,14 @@ export class PermissionPolicy {
   }
 
   private verdict(operation: PermissionOperation, path: string, ancestors: boolean): PermissionVerdict {
-    const target = path.length > 1 && path.endsWith("/") ? path.replace(/\/+$/, "") : path;
-    let best: PermissionVerdict = ALLOWED;
-    for (const c of this.compiled) {
-      // Only a stronger action can change the verdict (the first rule of an action is the one named).
-      if (!c.operations.has(operation) || (best.rule && STRENGTH[c.rule.action] <= STRENGTH[best.action])) continue;
-      const pattern = c.matchers === null ? "**" : matchedPattern(c.matchers, c.gate, target, ancestors);
-      if (pattern === undefined) continue;
-      best = { action: c.rule.action, rule: c.rule, pattern };
-    }
-    return best;
+    return verdictAmong(this.rulesFor(operation), withoutTrailingSlash(path), ancestors);
+  }
+
+  /** The rules of one operation, in order (worked out once: a listing checks thousands of paths). */
+  private rulesFor(operation: PermissionOperation): readonly CompiledRule[] {
+    let rules = this.byOperation.get(operation);
+    if (!rules) this.byOperation.set(operation, (rules = this.compiled.filter((c) => c.operations.has(operation))));
+    return rules;
   }
 
   /**
@@ -216,36 +215,77 @@ export class PermissionPolicy {
    * answer: it remembers every directory it met.
    */
   actionChecker(operation: PermissionOperation): (path: string) => PermissionAction {
-    if (!this.compiled.some((c) => c.operations.has(operation))) return () => "allow";
-    const directories = new Map<string, PermissionAction>();
-    const under = (dir: string): PermissionAction => {
-      let action = directories.get(dir);
-      if (action === undefined) {
-        const own = this.verdict(operation, dir, false).action;
-        action = dir === "/" ? own : stronger(own, under(parentOf(dir)));
-        directories.set(dir, action);
-      }
-      return action;
-    };
-    // A listing's entries share their directory: its action is kept at hand, not looked up per entry.
-    let lastDir = "";
-    let lastAction: PermissionAction = "allow";
+    const rules = this.rulesFor(operation);
+    if (rules.length === 0) return allowAll;
+    const checker = newChecker(rules);
+    // A thin closure: the work is in module-level functions, whose optimized code outlives a full GC (see byPath in paths.ts).
+    return (path) => checkedAction(checker, path);
+  }
+
+  /** The entries (a listing, a search's answer) whose path `operation` is not denied on: actionChecker's test in one loop. */
+  visible<T extends { path: string }>(operation: PermissionOperation, entries: readonly T[]): T[] {
+    const rules = this.rulesFor(operation);
+    return rules.length === 0 ? entries.slice() : visibleAmong(newChecker(rules), entries);
+  }
+
+  /**
+   * Whether `operation` is denied, for the entries of one listing of `dir`
+   * (a normalised path): equal to `check(operation, path).action === "deny"`.
+   * A direct child of `dir` is denied when `dir` is (its rules or an
+   * ancestor's, worked out once) or when a deny rule matches the child
+   * itself: only the deny rules are tried, and only on the child's path, so
+   * a listing of thousands of names costs little more than the names'
+   * gates. Any other path is checked in full.
+   */
+  listingDenial(operation: PermissionOperation, dir: string): (path: string) => boolean {
+    const denials = this.rulesFor(operation).filter((c) => c.rule.action === "deny");
+    if (denials.length === 0) return () => false;
+    const base = withoutTrailingSlash(dir);
+    const prefix = base === "/" ? "/" : `${base}/`;
+    const dirDenied = this.check(operation, base).action === "deny";
+    const full = (path: string) => this.check(operation, path).action === "deny";
     return (path) => {
-      const target = path.length > 1 && path.endsWith("/") ? path.replace(/\/+$/, "") : path;
-      const own = this.verdict(operation, target, false).action;
-      if (target === "/" || own === "deny") return own;
-      const slash = target.lastIndexOf("/");
-      if (lastDir.length !== Math.max(slash, 1) || !target.startsWith(lastDir)) {
-        lastDir = parentOf(target);
-        lastAction = under(lastDir);
+      const target = path.charCodeAt(path.length - 1) === 47 /* / */ ? withoutTrailingSlash(path) : path;
+      // A direct child: its name starts right after the prefix (a deeper path has ancestors this shortcut has not seen).
+      const start = nameStart(target);
+      if (start !== prefix.length || start === target.length || !target.startsWith(prefix)) return full(path);
+      if (dirDenied) return true;
+      for (const c of denials) {
+        if (c.matchers === null) return true;
+        if (c.gate !== null && !c.gate(target, start)) continue;
+        if (matchedPattern(c.matchers, null, target, false) !== undefined) return true;
       }
-      return stronger(own, lastAction);
+      return false;
     };
   }
 
   /** Whether some rule could refuse `operation` (deny or ask) somewhere. */
   hasRestrictions(operation: PermissionOperation): boolean {
     return this.compiled.some((c) => c.rule.action !== "allow" && c.operations.has(operation));
+  }
+
+  /**
+   * Name globs (`*` the only wildcard, as find's -name reads it) of which every
+   * path a deny or ask rule on `operation` matches carries one, as its own
+   * name or an ancestor's: a tree none of whose entries has such a name
+   * holds nothing those rules refuse below its root (its root and what lies
+   * above it are checked on their own). A rule's last segment is that name,
+   * whatever prefix a backend's paths have. Undefined when some rule cannot
+   * be put so (no paths, a last segment of `**`, braces or classes).
+   */
+  refusalNames(operation: PermissionOperation): string[] | undefined {
+    const names = new Set<string>();
+    for (const c of this.rulesFor(operation)) {
+      if (c.rule.action === "allow") continue;
+      if (c.matchers === null) return undefined;
+      for (const { pattern } of c.matchers) {
+        const last = pattern.split("/").filter((segment) => segment !== "").pop();
+        if (last === undefined || /^\*+$/.test(last) || !/^[\w.*?@+=,:~%#-]+$/.test(last)) return undefined;
+        // `?` becomes `*`: find may read a name byte by byte (the C locale), where one character can be several.
+        names.add(last.replace(/\?/g, "*"));
+      }
+    }
+    return [...names];
   }
 
   /** Whether some rule denies `operation` somewhere. */
@@ -259,8 +299,80 @@ export class PermissionPolicy {
   }
 }
 
+const allowAll = (): PermissionAction => "allow";
+
+/** What an actionChecker remembers. */
+interface Checker {
+  rules: readonly CompiledRule[];
+  /** The action on each directory met, from the rules matching it or an ancestor. */
+  directories: Map<string, PermissionAction>;
+  /** A listing's entries share their directory: its action is kept at hand, not looked up per entry. */
+  lastDir: string;
+  lastAction: PermissionAction;
+}
+
+function newChecker(rules: readonly CompiledRule[]): Checker {
+  return { rules, directories: new Map(), lastDir: "", lastAction: "allow" };
+}
+
+function visibleAmong<T extends { path: string }>(checker: Checker, entries: readonly T[]): T[] {
+  const shown: T[] = [];
+  for (let i = 0; i < entries.length; i++) if (checkedAction(checker, entries[i]!.path) !== "deny") shown.push(entries[i]!);
+  return shown;
+}
+
+function checkedAction(checker: Checker, path: string): PermissionAction {
+  const target = withoutTrailingSlash(path);
+  const own = verdictAmong(checker.rules, target, false).action;
+  if (target === "/" || own === "deny") return own;
+  const slash = nameStart(target) - 1;
+  if (checker.lastDir.length !== Math.max(slash, 1) || !target.startsWith(checker.lastDir)) {
+    checker.lastDir = parentOf(target);
+    checker.lastAction = directoryAction(checker, checker.lastDir);
+  }
+  return stronger(own, checker.lastAction);
+}
+
+function directoryAction(checker: Checker, dir: string): PermissionAction {
+  let action = checker.directories.get(dir);
+  if (action === undefined) {
+    const own = verdictAmong(checker.rules, dir, false).action;
+    action = dir === "/" ? own : stronger(own, directoryAction(checker, parentOf(dir)));
+    checker.directories.set(dir, action);
+  }
+  return action;
+}
+
 function stronger(a: PermissionAction, b: PermissionAction): PermissionAction {
   return STRENGTH[a] >= STRENGTH[b] ? a : b;
+}
+
+/** The verdict of `rules` (one operation's) on a path without its trailing '/'. */
+function verdictAmong(rules: readonly CompiledRule[], target: string, ancestors: boolean): PermissionVerdict {
+  let best: PermissionVerdict = ALLOWED;
+  for (const c of rules) {
+    // Only a stronger action can change the verdict (the first rule of an action is the one named).
+    if (best.rule && STRENGTH[c.rule.action] <= STRENGTH[best.action]) continue;
+    const pattern = c.matchers === null ? "**" : matchedPattern(c.matchers, c.gate, target, ancestors);
+    if (pattern === undefined) continue;
+    best = { action: c.rule.action, rule: c.rule, pattern };
+  }
+  return best;
+}
+
+function withoutTrailingSlash(path: string): string {
+  return path.length > 1 && path.charCodeAt(path.length - 1) === 47 /* / */ ? path.replace(/\/+$/, "") : path;
+}
+
+/**
+ * Where a path's last segment starts: lastIndexOf("/") + 1, by a loop over
+ * the name's few characters (V8's lastIndexOf is a call into the runtime,
+ * which dominated the check of a large listing).
+ */
+function nameStart(path: string): number {
+  let i = path.length - 1;
+  while (i >= 0 && path.charCodeAt(i) !== 47 /* / */) i--;
+  return i + 1;
 }
 
 function matchedPattern(matchers: Matcher[], gate: CompiledRule["gate"], path: string, ancestors: boolean): string | undefined {
@@ -368,13 +480,22 @@ function requiredEnds(pattern: string, anchored: boolean): Ends | undefined {
  * expression of them all. A pattern with a head is ruled out by the first
  * character, one with only a tail by the last.
  */
-function gateOf(ends: readonly Ends[]): (path: string) => boolean {
+const FIRST = 1;
+const LAST = 2;
+
+function gateOf(ends: readonly Ends[]): (path: string, start?: number) => boolean {
   const firsts = new Set(ends.filter((e) => e.head !== "").map((e) => e.head.charCodeAt(0)));
   const lasts = new Set(ends.filter((e) => e.head === "").map((e) => e.tail.charCodeAt(e.tail.length - 1)));
+  // ASCII characters in a table as well: a Set lookup per entry cost more than the rest of the test.
+  const ascii = new Uint8Array(128);
+  for (const code of firsts) if (code < 128) ascii[code]! |= FIRST;
+  for (const code of lasts) if (code < 128) ascii[code]! |= LAST;
+  const first = (code: number) => (code < 128 ? (ascii[code]! & FIRST) !== 0 : firsts.has(code));
+  const last = (code: number) => (code < 128 ? (ascii[code]! & LAST) !== 0 : lasts.has(code));
   const names = new RegExp(`^(?:${ends.map((e) => (e.exact ? escapeRegExp(e.head) : `${escapeRegExp(e.head)}.*${escapeRegExp(e.tail)}`)).join("|")})$`, "s");
-  return (path) => {
-    const start = path.lastIndexOf("/") + 1;
-    if (start === path.length || !(firsts.has(path.charCodeAt(start)) || lasts.has(path.charCodeAt(path.length - 1)))) return false;
+  // `start`: where the path's name starts, when the caller knows it already.
+  return (path, start = nameStart(path)) => {
+    if (start === path.length || !(first(path.charCodeAt(start)) || last(path.charCodeAt(path.length - 1)))) return false;
     return names.test(start === 0 ? path : path.slice(start));
   };
 }

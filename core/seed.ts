@@ -2,7 +2,7 @@ import type { Backend, Sandbox } from "./protocol.js";
 import { isSandbox } from "./protocol.js";
 import { EMPTY_FILE_REMINDER, renderLines, DEFAULT_READ_LIMIT } from "./format.js";
 import { errors, type ErrorInfo } from "./errors.js";
-import { type ReadsNow, readRawNow, unwrap } from "./base.js";
+import { type ReadsNow, readRawNow, unwrap, writeNow } from "./base.js";
 import type {
   DeleteResult,
   EditResult,
@@ -73,6 +73,7 @@ export function toSeedProtocol(backend: Backend): BackendProtocol {
 }
 
 function backendAdapter(backend: Backend): BackendProtocol {
+  const write = async (filePath: string, content: string, options?: { overwrite?: boolean }) => changeResult(await backend.write(filePath, content, options));
   return {
     lsInfo: async (path) => value(await backend.ls(path)).entries,
     read: async (filePath, offset = 0, limit = DEFAULT_READ_LIMIT) => {
@@ -87,7 +88,13 @@ function backendAdapter(backend: Backend): BackendProtocol {
       const now = typeof filePath === "string" ? (backend as ReadsNow)[readRawNow]?.(filePath) : undefined;
       return now ? Promise.resolve(now.data) : backend.readRaw(filePath).then(dataOf);
     },
-    write: async (filePath, content, options) => changeResult(await backend.write(filePath, content, options)),
+    // A plain create likewise: one promise, the answer's.
+    write: (filePath, content, options) => {
+      const now =
+        options === undefined && typeof filePath === "string" && typeof content === "string" ? (backend as ReadsNow)[writeNow]?.(filePath, content) : undefined;
+      // A fresh `{ path, filesUpdate }`: already the seed's WriteResult.
+      return now ? Promise.resolve(now as WriteResult) : write(filePath, content, options);
+    },
     edit: async (filePath, oldString, newString, replaceAll = false) => {
       const result = await backend.edit(filePath, oldString, newString, { replaceAll });
       return result.error ? failed(result.error) : { path: result.path, filesUpdate: result.filesUpdate as EditResult["filesUpdate"], occurrences: result.occurrences };

@@ -56,6 +56,8 @@ export interface EditResult {
   filesUpdate?: Record<string, FileData> | null;
   /** Replacements made. */
   occurrences?: number;
+  /** The file's text after the edit, when the driver has it (see Edited.content). */
+  content?: string;
 }
 
 export interface DeleteResult {
@@ -187,6 +189,12 @@ export interface SearchOptions extends OperationOptions {
 export interface GlobOptions extends SearchOptions {
   /** Match directories too; they come back as `ls` shows them (path ending in `/`, `is_dir: true`). Default false: files only. */
   includeDirectories?: boolean;
+  /**
+   * false: each match's path and kind only, as with `ls` (see LsOptions):
+   * FilesystemBackend then finds matches from directory entries alone, with
+   * no stat per match. The glob tool asks for this. Default true.
+   */
+  sizes?: boolean;
 }
 
 export interface GrepOptions extends SearchOptions {
@@ -216,6 +224,12 @@ export interface Changed {
 
 export interface Edited extends Changed {
   occurrences: number;
+  /**
+   * The file's text as the edit left it, from a backend that has it at hand
+   * (FilesystemBackend): a caller that needs it (edit_file's stale-file
+   * guard) need not read the file again. Absent elsewhere.
+   */
+  content?: string;
 }
 
 export interface Moved {

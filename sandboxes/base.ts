@@ -7,7 +7,8 @@
  * Rules every derived operation keeps:
  * - one `execute` round trip per operation; `edit` takes two (read, then
  *   compare-and-swap write; see `edit`) unless the sandbox holds the file's
- *   bytes from its last read or write;
+ *   bytes from its last read or write; a first `read` of a file over 1 MiB
+ *   or not UTF-8 takes two (see readWholeText);
  * - virtual paths map to `workspace + path` after `normalizePath`, so nothing
  *   escapes through `..`; paths are single-quoted with `shellQuote`;
  * - file content and grep patterns never travel in argv: content goes through
@@ -15,8 +16,7 @@
  * - the formatting, edit, glob and grep semantics are core's (`formatRead`,
  *   `applyEdit`, `compileGlob`, `grepText`, …): the shell only moves bytes.
  */
-import { createHash } from "node:crypto";
-import { BaseBackend, checkOffset, failure, readOptions, textWindow, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
+import { BaseBackend, checkOffset, deletesUnlessDirectory, failure, readOptions, textWindow, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
 import { Slots } from "../core/concurrency.js";
 import { applyEdit } from "../core/edit.js";
 import { type ErrorCode, StrataError, asStrataError, errors, isStrataError, printable, toErrorInfo } from "../core/errors.js";
@@ -53,6 +53,8 @@ import {
   int,
   CHECK_REGULAR_FILE,
   QUOTA_FN,
+  LINKED_FN,
+  READ_THROUGH_LINK,
   LOCK_FN,
   WRITE_FROM_STDIN,
   PLACE_FN,
@@ -61,10 +63,17 @@ import {
   lockName,
   GET_FN,
   STAT_BATCH,
-  GREP_SMALL_BATCH,
   GREP_EMIT,
   GREP_RIPGREP,
-  parseStatBatches,
+  GREP_BATCH,
+  GREP_GNU,
+  GREP_GNU_WHOLE,
+  parseWholeRecords,
+  GREP_POSIX,
+  grepFlavor,
+  FIND_PRINTF,
+  findFlavor,
+  parseListing,
   fileInfo,
   parseGrepLines,
   fromBase64,
@@ -74,10 +83,19 @@ import {
 } from "./shell.js";
 import { type ExecuteStream, TIMEOUT_EXIT_CODE, streamExecute } from "./output.js";
 import { type SandboxLimits, sandboxLimits } from "./defaults.js";
+import { nodeCrypto } from "../stores/lazy-builtins.js";
 
 // Names that lived here before output.ts and shell.ts took them; `strata-workspace/sandboxes/base` keeps exporting them.
 export { MAX_TRANSFER_BYTES, shellQuote };
 export { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage, type ExecuteStream } from "./output.js";
+
+/** Thrown by grepOnce when GNU grep's raw answer may have come back altered by decoding: grep runs again with base64. */
+const NOT_TEXT = new Error("grep's raw answer was not UTF-8");
+
+/** Thrown by runScript for a read that READ_THROUGH_LINK stopped at a link: `target` is where it leads ("" when unknown). */
+class ViaLink {
+  constructor(readonly target: string) {}
+}
 
 /** Output limit of the derived file operations: base64 of MAX_TRANSFER_BYTES plus listing overhead. */
 const FILE_OP_OUTPUT_BYTES = Math.ceil((MAX_TRANSFER_BYTES * 4) / 3) + 16 * 1024 * 1024;
@@ -239,7 +257,10 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
    * dies mid-script without a status.
    */
   protected fileOperationConcurrency = 8;
-  /** The subclass's own upload channel keeps the quota exactly (LocalSandbox: its FilesystemBackend), so uploads are not measured here too. */
+  /**
+   * The subclass's own upload channel keeps the quota exactly (LocalSandbox: its FilesystemBackend; DockerSandbox: its upload
+   * script, in the same request), so uploads are not measured here too.
+   */
   protected uploadsKeepQuota = false;
   /** The turns of the derived operations' scripts (fileOperationConcurrency at once, read as each script starts). */
   private readonly scriptSlots = new Slots(() => this.fileOperationConcurrency);
@@ -269,6 +290,12 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
    * only the usual fetch afterwards, never a lost write.
    */
   private readonly known = new KnownContent();
+  /** Whether the sandbox's find has GNU's -printf (see findFlavor): undefined until a script reported it. */
+  private findPrintf: boolean | undefined;
+  /** Paths whose last read was not UTF-8 text up to 1 MiB (the quick read did not do): their next read skips it. */
+  private readonly notText = new Set<string>();
+  /** How grep's candidates are found here (see grepFlavor): undefined until a script reported it. */
+  private grepKind: string | undefined;
 
   constructor(options: BaseSandboxOptions & ResourceLimitOptions = {}) {
     super();
@@ -314,6 +341,11 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     if (this.permissionRules === undefined || this.ownRuns.has(options)) return undefined;
     this.rulePolicy ??= new PermissionPolicy(this.permissionRules, this.workspace);
     return this.rulePolicy.hasDenials("read") ? this.rulePolicy : undefined;
+  }
+
+  /** Whether a subclass's doExecute runs one of the derived operations' own scripts (runScript), not a caller's command. */
+  protected isOwnScript(options: ExecuteOptions): boolean {
+    return this.ownRuns.has(options);
   }
 
   private closedSandboxError(): StrataError {
@@ -562,11 +594,17 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
    * Runs a derived operation's script: stderr silenced, byte-oriented locale,
    * generous output limit. The script's first output line is a status word.
    */
-  protected async runScript(path: string, body: string, options: { stdin?: Uint8Array; env?: Record<string, string> } = {}): Promise<{ status: string; fields: string[]; payload: string }> {
+  protected async runScript(
+    path: string,
+    body: string,
+    options: { stdin?: Uint8Array; env?: Record<string, string>; exitCodes?: readonly number[] } = {},
+  ): Promise<{ status: string; fields: string[]; payload: string }> {
     this.assertOpen();
-    // Every script ends in `exit 0`: a run that did not reach the end is told apart by its exit code.
+    // Every script ends in `exit 0`: a run that did not reach the end is told apart by its exit code. A script whose
+    // last step is `exec tool` ends with the tool's code instead; `exitCodes` lists the ones that still mean the end.
+    const { exitCodes = [0], ...given } = options;
     const script = `exec 2>/dev/null\nexport LC_ALL=C\nW=${shellQuote(this.workspace)}\n${body}\nexit 0`;
-    const run = { ...options, cwd: "/", timeout: this.fileOperationTimeout, maxOutputBytes: FILE_OP_OUTPUT_BYTES };
+    const run = { ...given, cwd: "/", timeout: this.fileOperationTimeout, maxOutputBytes: FILE_OP_OUTPUT_BYTES };
     this.ownScripts.add(run);
     await this.scriptSlots.acquire(); // A waiting script gets the slot of the script that ends.
     let response: ExecuteResponse;
@@ -580,7 +618,7 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     }
     const newline = response.output.indexOf("\n");
     const [status = "", ...fields] = (newline === -1 ? "" : response.output.slice(0, newline)).split(" ");
-    if (status === "" || response.exitCode !== 0) {
+    if (status === "" || response.exitCode === null || !exitCodes.includes(response.exitCode)) {
       throw new StrataError(
         response.exitCode === TIMEOUT_EXIT_CODE ? "timeout" : "io_error",
         `The sandbox could not complete the operation on '${path}' (exit code ${String(response.exitCode)})`,
@@ -588,7 +626,10 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     }
     const error = statusError(status, path, fields);
     if (error) throw error;
-    return { status, fields, payload: response.output.slice(newline + 1) };
+    const payload = response.output.slice(newline + 1);
+    // A target holding a newline runs past the status line: not a path to trust.
+    if (status === "via") throw new ViaLink(payload === "" ? fields.join(" ") : "");
+    return { status, fields, payload };
   }
 
   /**
@@ -680,50 +721,133 @@ export abstract class BaseSandbox extends BaseBackend implements Sandbox {
     return responses;
   }
 
+  /**
+   * One find over the directory. Where find has -printf (G=1), it prints
+   * every entry but links itself (no process per batch) and hands the links
+   * to STAT_BATCH: ls follows links, and find -L would leave out a link that
+   * loops (to its own directory, to an ancestor), so a link's target is
+   * stat -L's to read, which names the link either way.
+   */
   protected async doLs(dirPath: string): Promise<FileInfo[]> {
     this.assertOpen();
     const dir = normalizePath(dirPath);
-    const { status, payload } = await this.runScript(
+    return this.readThrough(dir, (target) => this.lsAt(dir, target), []);
+  }
+
+  /** doLs on `target`, the path in the sandbox of `dir` or of the directory a link there leads to (see readThrough). */
+  private async lsAt(dir: string, target: string): Promise<FileInfo[]> {
+    // Reached by a link: an entry the rules do not let be read by its own path is left out.
+    const via = target === this.sandboxPath(dir) ? undefined : target;
+    const batch = `-exec sh -c ${shellQuote(STAT_BATCH)} sh {} +`;
+    const printf = `exec find . -mindepth 1 -maxdepth 1 \\( -type l ${batch} \\) -o ${FIND_PRINTF}`;
+    const stat = `find . -mindepth 1 -maxdepth 1 ${batch}`;
+    // Once the sandbox said which find it has, only that find's shell is sent.
+    const known = this.findPrintf;
+    const { status, fields, payload } = await this.runScript(
       dir,
-      `P=${shellQuote(this.sandboxPath(dir))}
-if [ -d "$P" ]; then
+      `P=${shellQuote(target)}
+${this.readGuard}if [ -d "$P" ]; then
   cd -- "$P" || { echo denied; exit 0; }
-  echo dir
-  find . -mindepth 1 -maxdepth 1 -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +
+  ${findFlavor(known)}
+  echo "dir $G"
+  ${known === undefined ? `if [ "$G" = 1 ]; then ${printf}; fi\n  ${stat}` : known ? printf : stat}
 elif [ -e "$P" ]; then
   echo file
-  set -- "$P"; ${STAT_BATCH}
+  ${known ? `exec find -H "$P" -maxdepth 0 ${FIND_PRINTF}` : `set -- "$P"; ${STAT_BATCH}`}
 else
   echo absent
 fi`,
+      // find, exec'd, answers 1 for a directory it could not read.
+      { exitCodes: [0, 1] },
     );
     if (status === "absent") return [];
+    if (status === "dir") this.learnFindFlavor(fields[0]);
     const entries: FileInfo[] = [];
-    for (const entry of parseStatBatches(payload)) {
+    for (const entry of parseListing(payload)) {
       if (status === "file") {
         entries.push(fileInfo(dir, entry));
         continue;
       }
       const name = entry.name.slice(2); // find prints "./name"
       if (name.includes("\\") || RESERVED_NAME.test(name)) continue; // No virtual path can address it, or an operation in flight owns it.
+      if (via !== undefined && this.rulePolicy!.check("read", joinPath(via, name)).action !== "allow") continue;
       const path = joinPath(dir, name);
       entries.push(entry.isDir ? { path: `${path}/`, is_dir: true } : fileInfo(path, entry));
     }
     return sortByPath(entries);
   }
 
+  /** Takes a script's report of its find (G: "1" GNU -printf, "0" not), so later scripts send only that find's shell. */
+  private learnFindFlavor(reported: string | undefined): void {
+    if (reported === "1" || reported === "0") this.findPrintf = reported === "1";
+  }
+
   protected override async doRead(filePath: string, offset: number, limit: number): Promise<TextWindow> {
+    this.assertOpen();
+    const path = normalizePath(filePath);
+    return this.readThrough(path, (target) => this.readAt(path, target, offset, limit));
+  }
+
+  /**
+   * The rules' guard for a read's script (READ_THROUGH_LINK) where they deny
+   * or ask for some reads; nothing where they do not.
+   */
+  private get readGuard(): string {
+    if (this.permissionRules === undefined) return "";
+    this.rulePolicy ??= new PermissionPolicy(this.permissionRules, this.workspace);
+    return this.rulePolicy.hasRestrictions("read") ? `${LINKED_FN}\n${READ_THROUGH_LINK}\n` : "";
+  }
+
+  /**
+   * Runs a read's script on `path` (`run` takes its path in the sandbox).
+   * Where readGuard stopped it at a link, the file the link leads to is
+   * checked against the rules, and only a file they allow outright is read,
+   * by its own path (no link left to swap but by a command racing the read).
+   */
+  private async readThrough<T>(path: string, run: (target: string) => Promise<T>, missing?: T): Promise<T> {
+    let target: string;
+    try {
+      return await run(this.sandboxPath(path));
+    } catch (error) {
+      if (!(error instanceof ViaLink)) throw error;
+      target = error.target;
+    }
+    // readlink -f found nothing to resolve to (a loop, a missing directory): nothing to read there.
+    if (!target.startsWith("/")) {
+      if (missing !== undefined) return missing;
+      throw errors.notFound(path);
+    }
+    if (this.rulePolicy!.check("read", target).action !== "allow") {
+      throw new StrataError("permission_denied", `'${printable(path)}' leads by a symbolic link to a path the permission rules do not let be read`, { path });
+    }
+    try {
+      return await run(target);
+    } catch (error) {
+      if (error instanceof ViaLink) throw new StrataError("permission_denied", `'${printable(path)}' changed links while it was read`, { path });
+      throw error;
+    }
+  }
+
+  /** doRead on `target`, the path in the sandbox of virtual `path`, or of the file a link there leads to. */
+  private async readAt(path: string, target: string, offset: number, limit: number): Promise<TextWindow> {
     {
-      this.assertOpen();
-      const path = normalizePath(filePath);
+      const whole = this.notText.has(path) ? undefined : await this.readWholeText(path, target);
+      if (!whole) this.remember(this.notText, path);
+      if (whole) {
+        this.known.remember(path, whole);
+        const text = decodeText(whole);
+        if (text === null) throw errors.binary(path, whole.length);
+        return textWindow(text, path, offset, limit);
+      }
       // limit is clamped to 2^53-1 and offset is at most that, so the sum stays exact and prints without an exponent.
       const last = Math.min(offset + limit, Number.MAX_SAFE_INTEGER);
       const { status, fields, payload } = await this.runScript(
         path,
-        `P=${shellQuote(this.sandboxPath(path))}
-${CHECK_REGULAR_FILE}
+        `P=${shellQuote(target)}
+${this.readGuard}${CHECK_REGULAR_FILE}
 s=$(($(wc -c < "$P")))
-if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then echo "whole $s"; base64 < "$P"; exit 0; fi
+# exec: the shell's last step needs no process of its own.
+if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then echo "whole $s"; exec base64 < "$P"; fi
 n=$(($(wc -l < "$P")))
 [ "$(tail -c 1 < "$P" | wc -l)" -eq 0 ] && n=$((n + 1))
 z=$(($(tr -d '\\000' < "$P" | wc -c)))
@@ -736,6 +860,7 @@ sed -n '${int(offset + 1)},${int(last)}p;${int(last)}q' < "$P" | head -c ${MAX_W
         this.known.remember(path, bytes);
         const text = decodeText(bytes);
         if (text === null) throw errors.binary(path, size);
+        if (!text.includes("\uFFFD")) this.notText.delete(path); // text the quick read can take again
         return textWindow(text, path, offset, limit);
       }
       // A big file: the shell sent the window, the line count and the size without NUL bytes.
@@ -748,6 +873,33 @@ sed -n '${int(offset + 1)},${int(last)}p;${int(last)}q' < "$P" | head -c ${MAX_W
     }
   }
 
+  /** Adds to a small set of paths, emptied when it grows past 256 (a hint only: losing it costs a round trip). */
+  private remember(set: Set<string>, path: string): void {
+    if (set.size >= 256) set.clear();
+    set.add(path);
+  }
+
+  /**
+   * The usual read, in one process: the file's first 1 MiB + 1 byte as they
+   * are (`exec head`: no base64, no size count first). Undefined (the caller
+   * runs the full script) when the file is bigger, or when its bytes did not
+   * come back unchanged: the sandbox's output is taken as UTF-8, so only text
+   * without a replaced sequence is known to be the file's own bytes.
+   */
+  private async readWholeText(path: string, target: string): Promise<Uint8Array | undefined> {
+    let payload: string;
+    try {
+      ({ payload } = await this.runScript(path, `P=${shellQuote(target)}\n${this.readGuard}${CHECK_REGULAR_FILE}\necho raw\nexec head -c ${WHOLE_FILE_BYTES + 1} -- "$P"`));
+    } catch (error) {
+      // head failed (the file went or changed between the checks and the read): the full script answers.
+      if (isStrataError(error, "io_error")) return undefined;
+      throw error;
+    }
+    if (payload.includes("\uFFFD")) return undefined;
+    const bytes = new TextEncoder().encode(payload);
+    return bytes.length > WHOLE_FILE_BYTES ? undefined : bytes;
+  }
+
   protected async doReadRaw(filePath: string): Promise<FileDataV2> {
     this.assertOpen();
     const path = normalizePath(filePath);
@@ -756,21 +908,22 @@ sed -n '${int(offset + 1)},${int(last)}p;${int(last)}q' < "$P" | head -c ${MAX_W
 
   /** The whole file, its modification time and a checksum the shell can recompute (for edit's swap). */
   private async fetchFile(path: string): Promise<{ data: FileDataV2; checksum: string }> {
-    // The shell checks, hashes and sends the file in separate reads: a writer or a delete between them tears the answer; fetch again.
+    // The shell checks, hashes and sends the file in separate reads: a writer or a delete between them tears the answer
+    // (conflict), or fails a step once the file or its directory is gone (io_error); fetch again, which then answers what is there.
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.fetchFileOnce(path);
+        return await this.readThrough(path, (target) => this.fetchFileOnce(path, target));
       } catch (error) {
-        if (!isStrataError(error, "conflict") || attempt >= 3) throw error;
+        if (!(isStrataError(error, "conflict") || isStrataError(error, "io_error")) || attempt >= 3) throw error;
       }
     }
   }
 
-  private async fetchFileOnce(path: string): Promise<{ data: FileDataV2; checksum: string }> {
+  private async fetchFileOnce(path: string, target: string): Promise<{ data: FileDataV2; checksum: string }> {
     const { fields, payload } = await this.runScript(
       path,
-      `P=${shellQuote(this.sandboxPath(path))}
-${CHECK_REGULAR_FILE}
+      `P=${shellQuote(target)}
+${this.readGuard}${CHECK_REGULAR_FILE}
 s=$(($(wc -c < "$P")))
 [ "$s" -le ${MAX_TRANSFER_BYTES} ] || { echo "toolarge $s ${MAX_TRANSFER_BYTES}"; exit 0; }
 m=$(stat -L -c %Y -- "$P")
@@ -782,7 +935,7 @@ base64 < "$P"`,
     const timestamp = Number.isFinite(modified.getTime()) && modified.getTime() > 0 ? modified.toISOString() : undefined;
     const bytes = fromBase64(payload);
     const checksum = fields[2] ?? "";
-    if (createHash("md5").update(bytes).digest("hex") !== checksum) throw errors.conflict(path, "it changed while it was read");
+    if (nodeCrypto().createHash("md5").update(bytes).digest("hex") !== checksum) throw errors.conflict(path, "it changed while it was read");
     this.known.remember(path, bytes, checksum);
     const data = fileDataFromBytes(bytes, timestamp);
     if (timestamp) data.modified_at = timestamp;
@@ -891,35 +1044,95 @@ ${WRITE_FROM_STDIN(tempName(), mode)}`,
   }
 
   protected async doDelete(filePath: string): Promise<DeleteResult> {
+    return this.deleteInShell(filePath, false) as Promise<DeleteResult>;
+  }
+
+  /**
+   * A file or link in one script; a directory stays, and its files come back instead, unless no entry below it bears one of
+   * `names` (see deleteUnlessDirectory): then it goes in the same script.
+   */
+  protected override doDeleteUnlessDirectory(filePath: string, names?: readonly string[]): Promise<DeleteResult | FileInfo[]> {
+    if (!this[deletesUnlessDirectory]) return super.doDeleteUnlessDirectory(filePath);
+    return this.deleteInShell(filePath, true, names);
+  }
+
+  /**
+   * Only where delete itself is the shell's: a sandbox that deletes another way (LocalSandbox, through FilesystemBackend,
+   * which never follows a link) must not gain a shell-side delete, which resolves links as the shell does.
+   */
+  override get [deletesUnlessDirectory](): boolean {
+    return this.doDelete === BaseSandbox.prototype.doDelete;
+  }
+
+  /**
+   * Under the path's lock, so an edit's compare-and-swap cannot put back a
+   * file deleted after its compare. A file or link is one unlink (`rm`
+   * without -r or -f: unlink(2) refuses a directory, and of concurrent
+   * deletes only one finds the name; the others answer missing). A
+   * directory is first renamed to a fresh hidden name beside it (rename(2):
+   * one winner again), then removed there, out of every listing's sight;
+   * `unlessDirectory` lists its files instead (glob's "**"), unless find,
+   * as the user, went through the whole tree without an error and met no
+   * entry named as one of `names` (find's -name is looser than the rules'
+   * globs, never stricter; an entry it could not see refuses).
+   */
+  private async deleteInShell(filePath: string, unlessDirectory: boolean, names?: readonly string[]): Promise<DeleteResult | FileInfo[]> {
     let path = filePath;
     try {
       this.assertOpen();
       path = normalizePath(filePath);
       if (path === "/") throw new StrataError("permission_denied", "Refusing to delete '/'");
-      this.known.forgetTree(path);
-      // One winner among concurrent deletes: the target is first renamed to a fresh hidden name beside it (rename(2):
-      // only one racer finds the source; the others answer missing), then removed there, out of every listing's sight.
-      // Under the path's lock, so an edit's compare-and-swap cannot put back a file deleted after its compare.
       const target = this.sandboxPath(path);
-      await this.runScript(
+      const nameTests = names?.map((name) => `-name ${shellQuote(name)}`).join(" -o ");
+      const whole = `T=${shellQuote(`${target.slice(0, target.lastIndexOf("/"))}/${tempName()}`)}
+whole() {
+  if mv -f -T -- "$P" "$T"; then
+    if rm -rf -- "$T"; then echo ok; else mv -f -T -- "$T" "$P"; echo denied; fi
+  elif [ -e "$P" ] || [ -L "$P" ]; then
+    # It cannot be renamed (a directory we may not write): remove it in place.
+    if rm -rf -- "$P"; then echo ok; else echo denied; fi
+  else
+    echo missing
+  fi
+}`;
+      const clean = nameTests === undefined ? "" : nameTests === "" ? "return 0" : `m=$(find "$P" -mindepth 1 \\( ${nameTests} \\) -print 2>/dev/null) && [ -z "$m" ]`;
+      const tree = unlessDirectory
+        ? `${clean === "" ? "" : whole}
+clean() { ${clean || "return 1"}; }
+tree() {
+  if clean; then whole; return; fi
+  ${findFlavor(this.findPrintf)}
+  echo "tree $G"
+  ${this.listTree(target, false, false)}
+}`
+        : `${whole}
+tree() { whole; }`;
+      const { status, fields, payload } = await this.runScript(
         path,
-        `P=${shellQuote(target)} T=${shellQuote(`${target.slice(0, target.lastIndexOf("/"))}/${tempName()}`)}
-L=${shellQuote(this.lockPath(path))} locked=
+        `P=${shellQuote(target)} L=${shellQuote(this.lockPath(path))} locked=
 ${LOCK_FN}
+${LINKED_FN}
+${tree}
 trap '[ -z "$locked" ] || rmdir -- "$L"' EXIT
 [ -e "$P" ] || [ -L "$P" ] || { echo missing; exit 0; }
+linked "$P" && { echo link; exit 0; }
 lock || { echo busy; exit 0; }
-if mv -f -T -- "$P" "$T"; then
-  if rm -rf -- "$T"; then echo ok; else mv -f -T -- "$T" "$P"; echo denied; fi
-elif [ -e "$P" ] || [ -L "$P" ]; then
-  # It cannot be renamed (a directory we may not write): remove it in place.
-  if rm -rf -- "$P"; then echo ok; else echo denied; fi
-else
-  echo missing
+if [ -d "$P" ] && [ ! -L "$P" ]; then tree
+elif rm -- "$P" </dev/null; then
+  echo ok; exec rmdir -- "$L"
+elif [ -d "$P" ] && [ ! -L "$P" ]; then tree
+elif [ -e "$P" ] || [ -L "$P" ]; then echo denied
+else echo missing
 fi`,
+        // The lock's release is the last step: exec'd, no process of its own (the trap does not run then). rmdir answers 1
+        // only for a lock broken meanwhile as stale: the file is gone all the same.
+        { exitCodes: [0, 1] },
       );
+      if (status === "tree") return this.treeEntries(fields[0], payload, compileGlob("**", searchRoot(path)));
+      this.known.forgetTree(path);
       return { path, filesUpdate: null };
     } catch (error) {
+      this.known.forgetTree(path);
       return failure(error, path);
     }
   }
@@ -955,6 +1168,8 @@ X=${shellQuote(`${T.slice(0, T.lastIndexOf("/"))}/${tempName()}`)}
 L1=${shellQuote(this.lockPath(first))} L2=${shellQuote(this.lockPath(second))} h1= h2= locked= ${quota.script}
 ${LOCK_FN}
 ${QUOTA_FN}
+${LINKED_FN}
+{ linked "$S" || linked "$T"; } && { echo link; exit 0; }
 trap '[ -z "$h1" ] || rmdir -- "$h1"; [ -z "$h2" ] || rmdir -- "$h2"; rm -rf -- "$X"' EXIT
 L=$L1; lock || { echo busy; exit 0; }; h1=$L1
 L=$L2; locked=; lock || { echo busy; exit 0; }; h2=$L2
@@ -1001,6 +1216,8 @@ if cp -R -P -p -- "$S" "$X" && mv -f -T -- "$X" "$T"; then echo ok; else echo fa
     const { status } = await this.runScript(
       path,
       `P=${shellQuote(this.sandboxPath(path))}
+${LINKED_FN}
+linked "$P" && { echo link; exit 0; }
 if [ -d "$P" ] && [ ! -L "$P" ]; then echo ${recursive ? "ok" : "direxists"}; exit 0; fi
 if [ -e "$P" ] || [ -L "$P" ]; then echo exists; exit 0; fi
 if mkdir ${recursive ? "-p " : ""}-- "$P"; then echo ok; else echo mkdirfailed; fi`,
@@ -1013,25 +1230,45 @@ if mkdir ${recursive ? "-p " : ""}-- "$P"; then echo ok; else echo mkdirfailed; 
 
   /**
    * The shell finds the files under the search directory that contain the
-   * pattern (one `rg -l -F` where the sandbox has ripgrep, see GREP_RIPGREP;
-   * else `grep -F -l`, batched by `find`) and sends them: files up to
-   * 1 MiB whole (one `wc -c` and one `cat` per batch, not a process per
-   * file), so core's `grepText` decides lines and binary-ness exactly; bigger
-   * files as `grep -n` lines after a NUL check. The glob filter, sorting and
+   * pattern and sends them whole, so core's `grepText` decides lines and
+   * binary-ness exactly: with GNU grep, one `grep -z` prints them raw (see
+   * GREP_GNU_WHOLE); else the candidates come from one `rg -l -F` where the
+   * sandbox has ripgrep (GREP_RIPGREP), or `grep -F -l` batched by `find`
+   * (GREP_POSIX), and files up to 1 MiB are sent as base64 (one `wc -c` and
+   * one `cat` per batch, not a process per file), bigger ones as `grep -n`
+   * lines after a NUL check. GNU grep's raw answer, when it may not be the
+   * files' own bytes (U+FFFD) or is too large, is asked again from `grep -rlIF`
+   * (GREP_GNU), sent as the other paths send. The glob filter, sorting and
    * the cap are core's, applied here.
    */
   protected async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     // A file replaced between the shell's size count and its read is a torn batch: search again (a writer's rename is quick).
+    let whole = true;
+    // Where readGuard stopped the search at a linked root: the directory it leads to (see grepOnce's `via`).
+    let via: string | undefined;
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.grepOnce(pattern, path, glob, maxCount);
+        return await this.grepOnce(pattern, path, glob, maxCount, whole, via);
       } catch (error) {
-        if (!isStrataError(error, "conflict") || attempt >= 3) throw error;
+        if (error instanceof ViaLink) {
+          const shown = searchRoot(path);
+          if (via !== undefined) throw new StrataError("permission_denied", `'${printable(shown)}' changed links while it was searched`, { path: shown });
+          if (!error.target.startsWith("/")) return { matches: [], truncated: false };
+          via = error.target;
+          attempt--;
+        } else if (whole && (error === NOT_TEXT || isStrataError(error, "too_large"))) whole = false;
+        else if (!isStrataError(error, "conflict") || attempt >= 3) throw error;
       }
     }
   }
 
-  private async grepOnce(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
+  /**
+   * `via`: where the rules deny some reads and the search's root is reached
+   * through a link, the directory it leads to. grep runs there; a file the
+   * rules do not let be read by its own path is left out, and the others are
+   * named under the root as given.
+   */
+  private async grepOnce(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined, whole: boolean, via?: string): Promise<GrepResult> {
     this.assertOpen();
     validateGrepPattern(pattern);
     validateMaxCount(maxCount);
@@ -1039,31 +1276,42 @@ if mkdir ${recursive ? "-p " : ""}-- "$P"; then echo ok; else echo mkdirfailed; 
     const matcher = glob ? compileGlob(glob, root) : undefined;
     // A pattern with NUL can only match binary files, which grep skips.
     if (pattern.includes("\0")) return { matches: [], truncated: false };
-    const { payload } = await this.runScript(
+    const kind = this.grepKind;
+    // Once the sandbox said which way it finds candidates, only that way's shell is sent.
+    const gnuPath = whole ? GREP_GNU_WHOLE : GREP_GNU;
+    const gnu = kind === undefined ? `if [ "$F" = gnu ]; then\n${gnuPath}\nexit 0\nfi` : kind === "gnu" ? gnuPath : "";
+    const rg = kind === undefined || kind === "rg" ? `if [ "$F" = rg ]; then\n${GREP_RIPGREP}\n[ -n "$rg_done" ] && exit 0\nfi` : "";
+    const batches = kind === "gnu" && whole ? "" : `NL='\n'\n${GREP_EMIT}\n${GREP_BATCH}\n`;
+    const given = this.sandboxPath(matcher ? matcher.root : root);
+    const { fields, payload } = await this.runScript(
       root,
-      `R=${shellQuote(this.sandboxPath(matcher ? matcher.root : root))}
-NL='
-'
-${GREP_EMIT}
-echo ok
-${GREP_RIPGREP}
-[ -n "$rg_done" ] && exit 0
-find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(GREP_SMALL_BATCH)} sh {} +
-find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f ! -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(`grep -l -F -f - -- "$@" <<STRATA_P\n$STRATA_PATTERN\nSTRATA_P`)} sh {} + | while IFS= read -r f; do emit "$f"; done
-find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do\n  grep -q -F -f - -- "$f" <<STRATA_P && emit "$f"\n$STRATA_PATTERN\nSTRATA_P\ndone`)} sh {} +`,
-      { env: { STRATA_PATTERN: pattern } },
+      `R=${shellQuote(via ?? given)}
+P=$R
+${this.readGuard}${batches}${grepFlavor(kind)}
+echo "ok $F"
+${gnu}
+${rg}
+${kind === "gnu" ? "" : GREP_POSIX}`,
+      // GNU grep, exec'd, answers 1 for no match and 2 for a file it could not read.
+      { env: { STRATA_PATTERN: pattern }, exitCodes: whole ? [0, 1, 2] : [0] },
     );
+    if (fields[0] === "rg" || fields[0] === "gnu" || fields[0] === "posix") this.grepKind = fields[0];
     const matches: GrepMatch[] = [];
-    const search = (sandboxFile: string, body: Uint8Array, unterminated: number | undefined) => {
+    const search = (found: string, text: string | null, lines?: { body: Uint8Array; unterminated: number }) => {
+      const sandboxFile = via === undefined ? found : this.underLink({ via, given }, found);
+      if (sandboxFile === undefined) return;
       const file = this.addressable(sandboxFile);
       if (file === undefined || !isWithin(root, file) || RESERVED_NAME.test(baseName(file)) || (matcher && !matcher(file))) return;
-      if (unterminated === undefined) {
-        const text = decodeText(body);
-        if (text !== null) grepText(file, text, pattern, matches);
-      } else {
-        for (const match of parseGrepLines(file, body, unterminated)) matches.push(match);
-      }
+      if (lines) for (const match of parseGrepLines(file, lines.body, lines.unterminated)) matches.push(match);
+      else if (text !== null) grepText(file, text, pattern, matches);
     };
+    if (whole && fields[0] === "gnu") {
+      if (payload.includes("\uFFFD")) throw NOT_TEXT;
+      const files = parseWholeRecords(payload);
+      if (!files) throw new StrataError("io_error", `The sandbox sent a malformed grep result for '${root}'`);
+      for (const [name, text] of files) search(name, text);
+      return capMatches(sortMatches(matches), maxCount);
+    }
     let at = 0;
     const field = () => {
       const end = payload.indexOf("\0", at);
@@ -1075,7 +1323,7 @@ find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -
     while (at < payload.length) {
       const kind = payload[at++];
       if (kind === "B") {
-        // Names one per line, `wc -c` lines in the same order (then a total), the files concatenated.
+        // Names one per line, `wc -c` lines in the same order (then a total), the files concatenated as base64.
         const names = field().split("\n").slice(0, -1);
         const sizes = field()
           .split("\n")
@@ -1087,16 +1335,16 @@ find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -
         }
         let offset = 0;
         names.forEach((name, i) => {
-          search(name, body.subarray(offset, offset + sizes[i]!), undefined);
+          search(name, decodeText(body.subarray(offset, offset + sizes[i]!)));
           offset += sizes[i]!;
         });
       } else if (kind === "W") {
         const name = field();
-        search(name, fromBase64(field()), undefined);
+        search(name, decodeText(fromBase64(field())));
       } else if (kind === "L") {
         const name = field();
         const unterminated = Number(field());
-        search(name, fromBase64(field()), unterminated);
+        search(name, null, { body: fromBase64(field()), unterminated });
       } else {
         throw new StrataError("io_error", `The sandbox sent a malformed grep result for '${root}'`);
       }
@@ -1108,15 +1356,57 @@ find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -
   protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
     this.assertOpen();
     const matcher = compileGlob(pattern, searchRoot(path));
+    const given = this.sandboxPath(matcher.root);
+    return this.readThrough(matcher.root, async (root) => {
+      const { fields, payload } = await this.runScript(
+        matcher.root,
+        `P=${shellQuote(root)}\n${this.readGuard}${findFlavor(this.findPrintf)}\necho "ok $G"\n${this.listTree(root, includeDirectories, true)}`,
+        { exitCodes: [0, 1] },
+      );
+      return this.treeEntries(fields[0], payload, matcher, root === given ? undefined : { via: root, given });
+    }, []);
+  }
+
+  /**
+   * The shell that lists a tree for glob (G set by findFlavor): one find, the
+   * internal names pruned; only files and directories themselves (-type, no
+   * -L), so a link's own size and time are never printed. `last`: the
+   * script's last step, so -printf's find may replace the shell (exec: no
+   * process of its own; it answers 1 for a directory it could not read, as
+   * the batches go on past one).
+   */
+  private listTree(root: string, includeDirectories: boolean, last: boolean): string {
     const types = includeDirectories ? "\\( -type f -o -type d \\)" : "-type f";
-    const { payload } = await this.runScript(
-      matcher.root,
-      `echo ok
-find -H ${shellQuote(this.sandboxPath(matcher.root))} \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o ${types} -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +`,
-    );
+    const printf = `${last ? "exec " : ""}find "$@" ${FIND_PRINTF}`;
+    const stat = `find "$@" -exec sh -c ${shellQuote(STAT_BATCH)} sh {} +`;
+    // Once the sandbox said which find it has, only that find's shell is sent.
+    const list = this.findPrintf === undefined ? `if [ "$G" = 1 ]; then ${printf}; else ${stat}; fi` : this.findPrintf ? printf : stat;
+    return `set -- -H ${shellQuote(root)} \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o ${types}\n${list}`;
+  }
+
+  /**
+   * A path found at `via`, where a link at `given` leads (see readThrough),
+   * named under `given`; undefined when it lies outside `via` or the rules do
+   * not let it be read by its own path. Shared by grep and glob.
+   */
+  private underLink(link: { via: string; given: string }, found: string): string | undefined {
+    if (!isWithin(link.via, found) || this.rulePolicy!.check("read", found).action !== "allow") return undefined;
+    return link.given + (link.via === "/" ? found : found.slice(link.via.length));
+  }
+
+  /**
+   * What listTree printed, as glob's sorted entries; `flavor` is the G the
+   * script reported. `link`: the tree was listed at `via`, where a link at
+   * `given` leads (see readThrough): what the rules do not let be read by its
+   * own path is left out, the rest named under `given`.
+   */
+  private treeEntries(flavor: string | undefined, payload: string, matcher: ReturnType<typeof compileGlob>, link?: { via: string; given: string }): FileInfo[] {
     const found: FileInfo[] = [];
-    for (const entry of parseStatBatches(payload)) {
-      const file = this.addressable(entry.name);
+    this.learnFindFlavor(flavor);
+    for (const entry of parseListing(payload)) {
+      const name = link ? this.underLink(link, entry.name) : entry.name;
+      if (name === undefined) continue;
+      const file = this.addressable(name);
       if (file === undefined || RESERVED_NAME.test(baseName(file))) continue;
       if (entry.isDir) {
         if (matcher.matchesDirectory(file)) found.push({ path: `${file}/`, is_dir: true });
@@ -1140,7 +1430,7 @@ class KnownContent {
   remember(path: string, bytes: Uint8Array, checksum?: string): void {
     this.forget(path);
     if (bytes.length > KNOWN_FILE_BYTES) return;
-    this.entries.set(path, { bytes, checksum: checksum ?? createHash("md5").update(bytes).digest("hex") });
+    this.entries.set(path, { bytes, checksum: checksum ?? nodeCrypto().createHash("md5").update(bytes).digest("hex") });
     this.total += bytes.length;
     for (const [oldest, entry] of this.entries) {
       if (this.total <= KNOWN_TOTAL_BYTES) break;

@@ -4,8 +4,6 @@
  * environment, and handing workspace files to the unprivileged host user
  * commands run as when this process is root.
  */
-import { execFile, execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
 import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readlinkSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -13,6 +11,7 @@ import nodePath from "node:path";
 import { errors, StrataError } from "../core/errors.js";
 import { findOnPath } from "../backends/executable.js";
 import { at, DIR_FLAGS, openDirAt, READ_FLAGS, readDirAt } from "../backends/safe-fs.js";
+import { childProcess, nodeCrypto } from "../stores/lazy-builtins.js";
 
 /**
  * The whole environment of every host process that starts a sandbox (the
@@ -98,7 +97,7 @@ export function probe(user: SandboxUser | undefined): Promise<Probe> {
     }
     const args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent", "--new-session"];
     args.push(...systemArgs(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/sh", "-c", "exit 0");
-    execFile(launcher[0]!, [...launcher.slice(1), ...args], { timeout: 10_000, env: LAUNCHER_ENV, cwd: "/" }, (error, _stdout, stderr) => {
+    childProcess().execFile(launcher[0]!, [...launcher.slice(1), ...args], { timeout: 10_000, env: LAUNCHER_ENV, cwd: "/" }, (error, _stdout, stderr) => {
       if (!error) resolve({ ok: true });
       else {
         const detail = String(stderr).trim().split("\n")[0] || error.message;
@@ -164,7 +163,7 @@ const ETC_ENTRIES = [
  * (named by their lstat fingerprint) and shared by every process of this user.
  */
 export function sandboxEtc(uid: number, gid: number): string {
-  const fingerprint = createHash("sha256").update(`${uid}:${gid}`);
+  const fingerprint = nodeCrypto().createHash("sha256").update(`${uid}:${gid}`);
   for (const entry of ETC_ENTRIES) {
     const stat = lstatSync(`/etc/${entry}`, { throwIfNoEntry: false });
     fingerprint.update(`|${entry}:${stat ? `${stat.ino}:${stat.size}:${stat.mtimeMs}` : "-"}`);
@@ -224,7 +223,7 @@ export function busyboxApplets(): { binary: string; applets: string } {
 
 /** Every applet compiled into the binary (`busybox --list`); runs once per binary. */
 function readApplets(binary: string): string[] {
-  return execFileSync(binary, ["--list"], { encoding: "utf8", env: LAUNCHER_ENV })
+  return childProcess().execFileSync(binary, ["--list"], { encoding: "utf8", env: LAUNCHER_ENV })
     .split("\n")
     .filter((name) => /^[A-Za-z0-9_.[-]+$/.test(name));
 }

@@ -26,7 +26,6 @@ import { existsSync, lstatSync, mkdtempSync, realpathSync, rmSync, statSync, cho
 import { lstat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
-import { randomBytes } from "node:crypto";
 import { Slots } from "../core/concurrency.js";
 import { StrataError, errors, isStrataError } from "../core/errors.js";
 import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
@@ -60,6 +59,7 @@ import { lockName } from "./shell.js";
 import { type Denied, DeniedFinder } from "./masks.js";
 import type * as Warm from "./bubblewrap-warm.js";
 import type { Supervisor, WarmRun } from "./bubblewrap-warm.js";
+import { nodeCrypto } from "../stores/lazy-builtins.js";
 
 export type { SandboxUser } from "./bubblewrap-host.js";
 
@@ -536,7 +536,7 @@ export class BubblewrapSandbox extends BaseSandbox {
     const warmRlimits = rlimits.filter((limit) => !limit.startsWith("--cpu="));
     const warmLauncher = [...dropTo(user), ...(warmRlimits.length > 0 ? [findExecutable("prlimit")!, ...warmRlimits, "--"] : []), bwrap];
 
-    const argsFile = writePrivateFile(`args-${this.id}-${randomBytes(6).toString("hex")}`, args.map((arg) => `${arg}\0`).join(""));
+    const argsFile = writePrivateFile(`args-${this.id}-${nodeCrypto().randomBytes(6).toString("hex")}`, args.map((arg) => `${arg}\0`).join(""));
     const env: Record<string, string> = {
       PATH: busybox ? "/usr/bin:/bin" : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
       HOME: SANDBOX_WORKSPACE,

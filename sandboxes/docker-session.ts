@@ -29,17 +29,18 @@
  * was killed before the drain) closes its session rather than let the rest
  * be read as the next request.
  *
- * Sessions run as root only (a session shell of an unprivileged user could
- * be reached by that user's processes through /proc/PID/fd). The user's
+ * Sessions run as root only, uid 0 (a session shell of an unprivileged user
+ * could be reached by that user's processes through /proc/PID/fd); one that
+ * drops runs with the user's group (SUPERVISOR). The user's
  * commands are requests on root's sessions that drop to the user for the
  * command alone (docker.ts, droppedBody): the framing, the reports and the
  * status are written by root, and the user's process holds no descriptor
  * of the session's.
  */
-import { randomUUID } from "node:crypto";
 import { type Duplex, Writable } from "node:stream";
 import type Docker from "dockerode";
 import { shellQuote } from "./shell.js";
+import { nodeCrypto } from "../stores/lazy-builtins.js";
 
 /** Requests up to this many bytes travel as one line (sh's read takes a byte per call); longer ones as a length and raw bytes read by dd. */
 const LINE_REQUEST_BYTES = 2048;
@@ -53,29 +54,43 @@ const IDLE_MS = 30_000;
 const OPEN_TIMEOUT_MS = 10_000;
 
 /**
- * `sh -c SUPERVISOR strata-session <wrapper> [<uid>]`: says whether it can
- * run commands (setsid is how each gets a process group of its own) and,
- * given the uid of an unprivileged user, whether it can drop to that user
- * per request (setpriv with --reuid, as util-linux has it; BusyBox's applet
- * lacks it) and the home directory Docker would give that uid (its first
- * /etc/passwd entry's, "/" without one), then runs requests until its stdin
- * ends. Fd 3 is the session's stderr, where the requests' reports go (a
- * request's own stderr may be silenced). Ready line: "strata-session ready"
- * or "strata-session ready setpriv <home>".
+ * `sh -c SUPERVISOR strata-session <wrapper> [<uid> <gid>]`: says whether it
+ * can run commands (setsid is how each gets a process group of its own)
+ * and, given the ids of an unprivileged user, how it drops to that user per
+ * request, and the home directory Docker would give that uid (its first
+ * /etc/passwd entry's, "/" without one); then runs requests until its stdin
+ * ends. A dropping session is an exec of "0:<gid>", so Docker already gave
+ * it the user's group and groups, as an exec of "uid:gid" gets them: the
+ * drop is setpriv with --reuid (util-linux's; it sets the groups again), or
+ * else BusyBox's `nsenter -S` (setuid alone: BusyBox's setpriv has no
+ * --reuid, and nsenter -G would clear the supplementary groups). A way is
+ * taken only once a shell it started reported, from /proc/self/status,
+ * exactly the user's ids, the group as the only supplementary one and no
+ * effective capability. Fd 3 is the session's stderr, where the requests'
+ * reports go (a request's own stderr may be silenced). Ready line:
+ * "strata-session ready" or "strata-session ready <setpriv|nsenter> <home>".
  */
 const SUPERVISOR = `NL='
 '
 WRAP=$1
 exec 3>&2
 command -v setsid >/dev/null 2>&1 || { echo "strata-session nosetsid" >&2; exit 0; }
-if [ -n "$2" ] && setpriv --reuid=0 --regid=0 --groups=0 -- true </dev/null >/dev/null 2>&1; then
+D=
+if [ -n "$2" ]; then
+  C='while read -r k a b c d; do case $k in Uid:) u="$a $b $c $d";; Gid:) g="$a $b $c $d";; Groups:) G="$a|$b";; CapEff:) e=$a;; esac; done </proc/self/status
+[ "$u" = "$1 $1 $1 $1" ] && [ "$g" = "$2 $2 $2 $2" ] && [ "$G" = "$2|" ] && [ "$e" = 0000000000000000 ]'
+  if setpriv --reuid="$2" --regid="$3" --groups="$3" -- /bin/sh -c "$C" strata "$2" "$3" </dev/null >/dev/null 2>&1; then D=setpriv
+  elif nsenter -F -S "$2" -- /bin/sh -c "$C" strata "$2" "$3" </dev/null >/dev/null 2>&1; then D=nsenter
+  fi
+fi
+if [ -n "$D" ]; then
   H=/
   if [ -r /etc/passwd ]; then while IFS=: read -r _ _ u _ _ h _; do [ "$u" = "$2" ] && { H=$h; break; }; done </etc/passwd; fi
-  echo "strata-session ready setpriv $H" >&2
+  echo "strata-session ready $D $H" >&2
 else
   echo "strata-session ready" >&2
 fi
-unset H u h
+unset C D H u h
 while IFS= read -r q; do
   case $q in
     N*) q=$(dd bs="\${q#N}" count=1 iflag=fullblock 2>/dev/null) ;;
@@ -88,6 +103,9 @@ done`;
 export function lineQuote(value: string): string {
   return shellQuote(value).replace(/\n/g, `'"$NL"'`);
 }
+
+/** The program a root session drops to the user with (SUPERVISOR). */
+export type DropTool = "setpriv" | "nsenter";
 
 /** What one request reports back, beside its stdout. */
 export interface RequestHandlers {
@@ -114,22 +132,29 @@ export class ExecSession {
   /** Set until the supervisor's first line: true ready, false no setsid, undefined it never answered. */
   private ready: ((ok: boolean | undefined) => void) | undefined;
   /**
-   * The home directory Docker gives the user a root session was opened for
-   * (`open`'s `dropUid`), when the session can drop to that user per request
-   * (setpriv); undefined when it cannot (the user's work then takes an exec each).
+   * How a root session drops to the user it was opened for (`open`'s
+   * `drop`) and the home directory Docker gives that user; undefined when it
+   * cannot drop (the user's work then takes an exec each).
    */
-  dropHome: string | undefined;
+  drop: { via: DropTool; home: string } | undefined;
 
   private constructor(private readonly stream: Duplex) {}
 
   /**
    * Opens a session as `user`: "unsupported" when the image cannot run one
    * (no setsid); throws when the exec cannot start or its shell does not
-   * answer (a full process table, a stopped container).
+   * answer (a full process table, a stopped container). With `drop`, `user`
+   * is "0:<drop.gid>" (see SUPERVISOR).
    */
-  static async open(client: Docker, container: Docker.Container, user: string, wrapper: string, dropUid?: string): Promise<ExecSession | "unsupported"> {
+  static async open(
+    client: Docker,
+    container: Docker.Container,
+    user: string,
+    wrapper: string,
+    drop?: { uid: string; gid: string },
+  ): Promise<ExecSession | "unsupported"> {
     const exec = await container.exec({
-      Cmd: ["/bin/sh", "-c", SUPERVISOR, "strata-session", wrapper, ...(dropUid === undefined ? [] : [dropUid])],
+      Cmd: ["/bin/sh", "-c", SUPERVISOR, "strata-session", wrapper, ...(drop === undefined ? [] : [drop.uid, drop.gid])],
       User: user,
       AttachStdin: true,
       AttachStdout: true,
@@ -166,7 +191,7 @@ export class ExecSession {
    * (the body reads exactly its length).
    */
   send(body: (token: string) => string, handlers: RequestHandlers, stdin?: Uint8Array): void {
-    const token = randomUUID().replace(/-/g, "");
+    const token = nodeCrypto().randomUUID().replace(/-/g, "");
     const script = body(token);
     this.current = { token, marker: Buffer.from(`\0E${token}\n`, "latin1"), handlers, sawMarker: false, sawDone: false, received: false };
     this.tail = Buffer.alloc(0);
@@ -243,9 +268,9 @@ export class ExecSession {
       if (line.startsWith("strata-session ")) {
         const ready = this.ready;
         this.ready = undefined;
-        const setpriv = "strata-session ready setpriv ";
-        if (line.startsWith(setpriv)) this.dropHome = line.slice(setpriv.length);
-        ready(line === "strata-session ready" || line.startsWith(setpriv));
+        const dropping = /^strata-session ready (setpriv|nsenter) (.*)$/.exec(line);
+        if (dropping) this.drop = { via: dropping[1] as DropTool, home: dropping[2]! };
+        ready(line === "strata-session ready" || dropping !== null);
       }
       return;
     }

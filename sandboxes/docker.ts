@@ -6,10 +6,10 @@
  * running shell a fork). Sessions run as root only: root's own work (the
  * secret lock, the workspace set-up) runs there as it is, and the
  * unprivileged user's commands and scripts are started by root, dropped to
- * the user for the command only (droppedBody: setpriv), waited for and
- * reported by root. A session shell of the user itself could be hijacked
- * by the user's own leftovers (reusesSessions). An image whose setpriv
- * cannot drop keeps an exec per command, under the shared wrapper
+ * the user for the command only (droppedBody: setpriv, or BusyBox's
+ * nsenter -S), waited for and reported by root. A session shell of the
+ * user itself could be hijacked by the user's own leftovers
+ * (reusesSessions). An image that has neither keeps an exec per command, under the shared wrapper
  * (remote-command.ts). Uploads move as raw bytes on the stdin of one
  * request per batch (a session's up to 1 MiB, an exec's beyond).
  *
@@ -23,9 +23,9 @@
  * Links, one rule per direction. Reads (download, `read`, `cat`) resolve a
  * path as the shell does, following links wherever they point inside the
  * container, with the user's rights: a download can show nothing a command
- * could not print. Writes (upload, `write`) never pass through a link: a
- * link among the parent directories refuses the file (permission_denied),
- * a link at the path itself is replaced. The check and the write are not
+ * could not print. Changes (upload, `write`, `edit`, `delete`, …) never
+ * pass through a link: a link among the parent directories refuses the
+ * change (permission_denied), a link at the path is the change's object. The check and the write are not
  * one atomic step, but both run as the command user, so a command racing
  * them gains nothing it could not do itself.
  *
@@ -60,12 +60,13 @@ import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
 import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, type IsolationLevel, type NetworkAccess, type ResourceLimitOptions } from "./base.js";
 import { sandboxLimits } from "./defaults.js";
-import { MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
+import { Slots } from "../core/concurrency.js";
+import { MARKER_VARIABLE, RemoteRun, STOPPED_PREFIX, UNLESS_STOPPED, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 import { feedStdin } from "./process.js";
-import { LOCK_FN, lockName } from "./shell.js";
+import { LOCK_FN, QUOTA_FN, lockName } from "./shell.js";
 import { optionalPackage } from "../stores/optional-package.js";
 import { denialFindScript } from "./masks.js";
-import { ExecSession, SESSION_STDIN_BYTES, SessionPool, doneLine, endMarker, lineQuote } from "./docker-session.js";
+import { type DropTool, ExecSession, SESSION_STDIN_BYTES, SessionPool, doneLine, endMarker, lineQuote } from "./docker-session.js";
 
 /** The dockerode package, loaded when a DockerSandbox first makes a client (an optional peer dependency). */
 const dockerode = optionalPackage<typeof Docker>("dockerode", "DockerSandbox");
@@ -179,6 +180,7 @@ unset -f strata_run; unset i l
  */
 const KILL = `g=$1 m=$2 i=$3 t=$4
 [ -n "$g" ] && kill -9 -"$g" 2>/dev/null
+[ -z "$m" ] || : > "${STOPPED_PREFIX}$m" 2>/dev/null
 for _ in 1 2 3; do
   k=
   if [ -n "$m" ]; then
@@ -210,8 +212,13 @@ done
 exit 0`;
 
 /**
- * `sh -c UPLOAD strata <workspace> <path> <size> <lock>...`, as the command
- * user, with the files' bytes concatenated on stdin. Each file is written to
+ * `sh -c UPLOAD strata <workspace> <max bytes> <max files> <path> <size> <lock>...`,
+ * as the command user, with the files' bytes concatenated on stdin. The
+ * quota (-1: no limit) is kept here, in the same request: the workspace is
+ * measured (QUOTA_FN) before the first file, and each file counts as a new
+ * one of its full size (an overwrite is over-counted, never under), as
+ * BaseSandbox counts them; a file that would not fit answers "quota" and
+ * the next may still fit. Each file is written to
  * a temporary name beside its target, checked to hold exactly <size> bytes
  * (stdin cut short by close() or a dropped connection is only an early end
  * of file to dd: a torn temporary never replaces the target), then renamed
@@ -223,14 +230,15 @@ exit 0`;
  * directory below the workspace is checked on the way down: a link (planted
  * by a command) refuses the file, a missing directory is made with plain
  * mkdir, which never follows one. One status line per file: ok, link,
- * notdir, isdir, denied, busy, failed. A file that cannot be written still
+ * notdir, isdir, denied, busy, failed, quota. A file that cannot be written still
  * has its bytes consumed; when the stream position is lost (a write failed
  * or came up short), the rest of the batch fails.
  */
-const UPLOAD = `W=$1; shift
+const UPLOAD = `W=$1 QB=$2 QF=$3 UB=-1 UF=-1; shift 3
 set -C
 n=0 broken= locked= t=
 ${LOCK_FN}
+${QUOTA_FN}
 trap '[ -z "$locked" ] || rmdir -- "$L"; [ -z "$t" ] || rm -f -- "$t"' EXIT
 take() {
   [ "$1" -gt 0 ] || return 0
@@ -256,6 +264,8 @@ place() {
 }
 while [ $# -gt 2 ]; do
   p=$1 s=$2 L=$W/$3; shift 3
+  if ! room "$s" 1 >/dev/null; then [ -n "$broken" ] || take "$s" >/dev/null || broken=1; echo quota; continue; fi
+  [ "$UB" -lt 0 ] || UB=$((UB + s)) UF=$((UF + 1))
   [ -z "$broken" ] || { echo failed; continue; }
   place "$p"
   if [ "$st" = ok ]; then
@@ -331,17 +341,25 @@ export class DockerSandbox extends BaseSandbox {
   readonly workspace: string;
   /** The "uid:gid" commands and transfers run as. */
   readonly user: string;
+  /** One upload at a time under a quota (see doUpload). */
+  private readonly uploadTurns = new Slots(() => 1);
+  /** The upload script measures the workspace and keeps the quota itself (UPLOAD): one request per batch, not two. */
+  protected override uploadsKeepQuota = true;
   /**
    * Round trips, by kind: execs made (a session is one), requests run by a
    * session that was already running, archive transfers. What a test counts
    * to check that a batch is one transfer.
    */
-  readonly stats = { execs: 0, sessionRequests: 0, putArchives: 0, getArchives: 0 };
+  /**
+   * Requests to the Engine API, counted by kind. `kills` counts the execs (among `execs`) that killed what a command left
+   * holding its output: they follow a command by killGraceMs, later than its answer, and a loaded machine makes them more likely.
+   */
+  readonly stats = { execs: 0, sessionRequests: 0, putArchives: 0, getArchives: 0, kills: 0 };
   /** Kills in flight, so close() can wait until what ran is stopped. */
   private readonly kills = new Set<Promise<void>>();
   /** Reused exec sessions (docker-session.ts), per user. */
   private readonly pools = new Map<string, SessionPool>();
-  /** Set once a root session reported it cannot drop to the user (no setpriv --reuid): the user's work takes an exec each. */
+  /** Set once a root session reported it cannot drop to the user (neither setpriv --reuid nor nsenter -S): the user's work takes an exec each. */
   private dropUnsupported = false;
   /** The HOME the container's configuration sets ("" for none), looked up once, for dropped requests. */
   private imageHome: Promise<string> | undefined;
@@ -489,8 +507,10 @@ export class DockerSandbox extends BaseSandbox {
       inline.length <= SESSION_STDIN_BYTES &&
       Object.keys(env).every((name) => SH_NAME.test(name)) &&
       (reusesSessions(this.user) || Buffer.byteLength(environmentLine(env)) <= DROPPED_ENV_BYTES);
+    // Aborted (or closed) before it could start: it never starts.
+    if (run.finished) return run.result;
     if (sessionable) {
-      const started = await this.executeInSession(command, cwd, env, inline, run, info, (fn) => (abandon = fn));
+      const started = await this.executeInSession(command, cwd, env, inline, run, info, (fn) => (abandon = fn), this.isOwnScript(options));
       if (started) return run.result;
     }
     let exec: Docker.Exec;
@@ -512,6 +532,11 @@ export class DockerSandbox extends BaseSandbox {
       return run.result;
     }
     abandon = () => stream.destroy();
+    // Aborted while the exec was being set up: the kill's mark stops the wrapper, if it is not stopped already.
+    if (run.finished) {
+      stream.destroy();
+      return run.result;
+    }
     let prelude = "";
     let preludeDone = false;
     this.client.modem.demuxStream(
@@ -558,6 +583,7 @@ export class DockerSandbox extends BaseSandbox {
     run: RemoteRun,
     info: RunInfo,
     setAbandon: (abandon: () => void) => void,
+    own: boolean,
   ): Promise<boolean> {
     const ids = dropIds(this.user);
     const pool = this.pool(ids ? ROOT : this.user);
@@ -577,17 +603,17 @@ export class DockerSandbox extends BaseSandbox {
       }
       let body: (token: string) => string;
       if (ids) {
-        const home = await this.userHome(session);
-        // HOME first, so the caller's own HOME (if any) wins, as in an exec's Env.
-        const environment = home === undefined ? "" : environmentLine({ HOME: home, ...env });
-        if (home === undefined) {
-          // The image cannot drop to the user (no setpriv with --reuid): its commands take an exec each from now on.
+        const drop = await this.userDrop(session);
+        if (drop === undefined) {
+          // The image cannot drop to the user (neither setpriv with --reuid nor nsenter -S): its commands take an exec each from now on.
           this.dropUnsupported = true;
           pool.release(session);
           if (attempt > 0) run.end(async () => null);
           return attempt > 0;
         }
-        body = droppedBody(ids, command, this.sandboxPath(cwd), environment, input);
+        // HOME first, so the caller's own HOME (if any) wins, as in an exec's Env.
+        const environment = environmentLine({ HOME: drop.home, ...env });
+        body = droppedBody(ids, drop.prefix, command, this.sandboxPath(cwd), environment, input, own);
       } else {
         const exports = Object.entries(env).map(([name, value]) => `${name}=${lineQuote(value)}`).join(" ");
         // The shells around the command write nothing on stderr (a job-kill notice would pass for output): the wrapper's reports and
@@ -597,6 +623,11 @@ export class DockerSandbox extends BaseSandbox {
           `s=$?; ${input ? "cat >/dev/null; " : ""}echo "strata-status $s" >&3; } | cat; } 2>/dev/null; ${endMarker(token)}; ${doneLine(token)}; }`;
       }
       const current = session;
+      // Aborted while a session was found: the request is not sent.
+      if (run.finished) {
+        pool.release(current);
+        return true;
+      }
       setAbandon(() => current.destroy());
       this.stats.sessionRequests++;
       let prelude = true;
@@ -630,16 +661,21 @@ export class DockerSandbox extends BaseSandbox {
     return start(0);
   }
 
-  /** The session pool of one user. Root's sessions also look up how to drop to `user` (dropIds), for the user's work. */
+  /**
+   * The session pool of one user. Root's sessions of a sandbox whose user
+   * can be dropped to (dropIds) run as dropUser and also look up how to drop
+   * to the user, for the user's work; root's own work shares them.
+   */
   private pool(user: string): SessionPool {
-    let pool = this.pools.get(user);
+    const ids = user === ROOT ? dropIds(this.user) : undefined;
+    const as = ids ? dropUser(ids) : user;
+    let pool = this.pools.get(as);
     if (!pool) {
-      const dropUid = user === ROOT ? dropIds(this.user)?.uid : undefined;
       pool = new SessionPool(async () => {
         this.stats.execs++;
-        return ExecSession.open(this.client, this.container, user, PRELUDE + WRAPPER, dropUid);
+        return ExecSession.open(this.client, this.container, as, PRELUDE + WRAPPER, ids);
       });
-      this.pools.set(user, pool);
+      this.pools.set(as, pool);
     }
     return pool;
   }
@@ -651,18 +687,20 @@ export class DockerSandbox extends BaseSandbox {
   }
 
   /**
-   * The HOME an exec as the user gets, which a dropped request sets (setpriv
-   * keeps root's): the image's HOME when its configuration sets one, else
-   * the home of the uid's /etc/passwd entry, else "/" (what runc does).
-   * Undefined when the session cannot drop.
+   * How a dropped request of this session becomes the user: the command
+   * prefix that drops (dropPrefix), and the HOME an exec as the user gets,
+   * which the request sets (the drop keeps root's): the image's HOME when
+   * its configuration sets one, else the home of the uid's /etc/passwd
+   * entry, else "/" (what runc does). Undefined when the session cannot drop.
    */
-  private async userHome(session: ExecSession): Promise<string | undefined> {
-    if (session.dropHome === undefined) return undefined;
+  private async userDrop(session: ExecSession): Promise<{ prefix: string; home: string } | undefined> {
+    const ids = dropIds(this.user);
+    if (session.drop === undefined || ids === undefined) return undefined;
     this.imageHome ??= this.container.inspect().then(
       (info) => (info.Config.Env ?? []).filter((entry) => entry.startsWith("HOME=")).map((entry) => entry.slice(5)).pop() ?? "",
       () => "",
     );
-    return (await this.imageHome) || session.dropHome;
+    return { prefix: dropPrefix(session.drop.via, ids), home: (await this.imageHome) || session.drop.home };
   }
 
   /**
@@ -687,11 +725,24 @@ export class DockerSandbox extends BaseSandbox {
         responses.push({ path: String(rawPath), error: fileError(error) });
       }
     }
+    // Each upload measures the workspace before it places its files: under a quota, uploads of this sandbox take turns, or
+    // several starting together would each measure before the others land and together pass the limit.
+    if (this.quota) await this.uploadTurns.acquire();
+    try {
+      await this.uploadBatches(pending, responses);
+    } finally {
+      if (this.quota) this.uploadTurns.release();
+    }
+    return responses;
+  }
+
+  private async uploadBatches(pending: { index: number; path: string; target: string; content: Uint8Array }[], responses: UploadAnswer[]): Promise<void> {
     for (const batch of argvBatches(pending, (file) => file.target, (file) => file.content.length, UPLOAD_BATCH_BYTES)) {
       let statuses: string[];
       try {
         const args = batch.flatMap((file) => [file.target, String(file.content.length), lockName(file.path)]);
-        const { output } = await this.run(["/bin/sh", "-c", UPLOAD, "strata", this.workspace, ...args], {
+        const limits = [this.quota?.maxBytes ?? -1, this.quota?.maxFiles ?? -1].map(String);
+        const { output } = await this.run(["/bin/sh", "-c", UPLOAD, "strata", this.workspace, ...limits, ...args], {
           user: this.user,
           stdin: batch.map((file) => file.content),
         });
@@ -703,7 +754,6 @@ export class DockerSandbox extends BaseSandbox {
         responses[file.index]!.error = uploadError(statuses[i]);
       });
     }
-    return responses;
   }
 
   /**
@@ -832,8 +882,8 @@ export class DockerSandbox extends BaseSandbox {
         if (!session) break;
         let script = `{ ${input}{ ${command} ${redirect} 2>/dev/null; s=$?; ${drain}echo "strata-status $s" >&3; }; }`;
         if (ids) {
-          const home = await this.userHome(session);
-          if (home === undefined) {
+          const drop = await this.userDrop(session);
+          if (drop === undefined) {
             this.dropUnsupported = true;
             pool.release(session);
             break;
@@ -841,7 +891,7 @@ export class DockerSandbox extends BaseSandbox {
           // The user's process gets none of the session's descriptors: stdin its bytes (a pipe from root's dd) or /dev/null,
           // stdout a pipe of its own (copied by root's cat), no stderr, no fd 3; its status comes from root's wait.
           script =
-            `{ { ${input}{ HOME=${lineQuote(home)} ${setprivOf(ids)} ${command} ${redirect} 2>/dev/null 3>&-; s=$?; ${drain}` +
+            `{ { ${input}{ HOME=${lineQuote(drop.home)} ${drop.prefix} ${command} ${redirect} 2>/dev/null 3>&-; s=$?; ${drain}` +
             `echo "strata-status $s" >&3; } | cat; } 2>/dev/null; }`;
         }
         const answer = await this.runInSession(pool, session, script, options.stdout, stdin);
@@ -921,6 +971,7 @@ export class DockerSandbox extends BaseSandbox {
       for (let tries = 0; tries < 5; tries++) {
         try {
           // As the command user: root in a container lacks CAP_SYS_PTRACE, so it cannot see another user's open files.
+          this.stats.kills++;
           const { exitCode } = await this.runExec(argv, { user: this.user });
           if (exitCode === 0) return;
         } catch {
@@ -1180,7 +1231,7 @@ function daemonError(error: unknown): StrataError {
  * and timeout, forging later answers. Root's sessions are out of an
  * unprivileged command's reach (another user's /proc fds), and a command
  * that runs as root owns the container anyway. An unprivileged user's work
- * rides root's sessions, dropped per request (dropIds), or takes an exec each.
+ * rides root's sessions, dropped per request (dropIds, dropUser), or takes an exec each.
  */
 function reusesSessions(user: string): boolean {
   const name = user.split(":")[0];
@@ -1196,9 +1247,30 @@ function dropIds(user: string): { uid: string; gid: string } | undefined {
   return { uid: String(uid), gid: String(gid) };
 }
 
-/** Drops to the ids as Docker's exec of "uid:gid" sets them: real, effective and saved ids, the group as the only supplementary one (capabilities go with uid 0). */
-function setprivOf(ids: { uid: string; gid: string }): string {
-  return `setpriv --reuid=${ids.uid} --regid=${ids.gid} --groups=${ids.gid} --`;
+/**
+ * The user a root session that drops to `ids` runs as: "0:<gid>", so Docker
+ * gives it the user's group and groups as it gives an exec of "uid:gid"
+ * (BusyBox has no way to set supplementary groups but to clear them).
+ * Root's own work on it is unchanged: root's capabilities go with uid 0, it
+ * sets owners explicitly (LOCK: 0:0, the workspace: the user), and the user
+ * can do nothing more to a process of uid 0 with its group (signals and
+ * ptrace go by uid; no /proc/PID entry opens wider to the group than to
+ * others).
+ */
+function dropUser(ids: { uid: string; gid: string }): string {
+  return `0:${ids.gid}`;
+}
+
+/**
+ * Drops to the ids as Docker's exec of "uid:gid" sets them: real, effective
+ * and saved ids, the group as the only supplementary one (capabilities go
+ * with uid 0). setpriv sets all of them; BusyBox's nsenter -S sets the uids
+ * only, the session (dropUser) having the group and groups already. Neither
+ * forks (nsenter -F: it would only to enter a PID namespace), so no
+ * root-owned process stays between root's shell and the command.
+ */
+function dropPrefix(via: DropTool, ids: { uid: string; gid: string }): string {
+  return via === "setpriv" ? `setpriv --reuid=${ids.uid} --regid=${ids.gid} --groups=${ids.gid} --` : `nsenter -F -S ${ids.uid} --`;
 }
 
 /**
@@ -1207,7 +1279,7 @@ function setprivOf(ids: { uid: string; gid: string }): string {
  * environment line (`export NAME='value' ...`, newlines in values as
  * "$NL") and evaluates it, so the caller's variables are interpreted by
  * the user's shell only, never set on a process that runs as root
- * (setsid and setpriv would honour PATH, LD_PRELOAD, LD_LIBRARY_PATH, ...).
+ * (setsid and the drop would honour PATH, LD_PRELOAD, LD_LIBRARY_PATH, ...).
  * It reads the pipe from its descriptor (reopening it through /proc is
  * refused: the pipe is root's). Then it enters the cwd as the user (so a
  * directory the user may not enter is refused as with an exec) and
@@ -1218,8 +1290,17 @@ function setprivOf(ids: { uid: string; gid: string }): string {
 const USER_START = `NL='
 '
 IFS= read -r l <&4; exec 4<&-; eval "$l"
+${UNLESS_STOPPED}
 cd -- "$1" 2>/dev/null || exit 200
 exec /bin/sh -c "$2"`;
+
+/**
+ * USER_START for a derived operation's own script (BaseSandbox.runScript),
+ * which is plain sh that sets what it uses: it runs in this shell, with no
+ * positional parameters, rather than in a shell of its own (an exec less
+ * per file operation).
+ */
+const OWN_START = USER_START.replace(`exec /bin/sh -c "$2"`, `strata_script=$2; set --; eval "$strata_script"`);
 
 /** Longest environment line a dropped request carries (the user's shell reads it a byte per call); longer takes an exec. */
 const DROPPED_ENV_BYTES = 32 * 1024;
@@ -1234,7 +1315,7 @@ function environmentLine(env: Record<string, string>): string {
  * does what the wrapper does for an exec, so that what the host trusts
  * comes from root: it reports the request's output pipe (its inode from
  * fdinfo, Linux 5.14+, else readlink) and start time (for the kill),
- * starts the command under setsid, dropped to the user by setpriv, reports
+ * starts the command under setsid, dropped to the user by `drop`, reports
  * its process group, waits for it and reports its status, then (once the
  * pipe's last holder closed it) the end marker and done line. The user's
  * process holds none of the session's descriptors: its stdin is its own
@@ -1247,23 +1328,27 @@ function environmentLine(env: Record<string, string>): string {
  */
 function droppedBody(
   ids: { uid: string; gid: string },
+  drop: string,
   command: string,
   cwd: string,
   environment: string,
   input: string,
+  own = false,
 ): (token: string) => string {
-  const setpriv = setprivOf(ids);
   return (token) =>
     `{ { ${input}{ ${input ? "exec 5<&0; " : ""}read -r p _ </proc/self/stat; i=; while read -r k v; do [ "$k" != ino: ] || i=$v; done </proc/$p/fdinfo/1; ` +
     `[ -n "$i" ] || { i=$(readlink /proc/$p/fd/1); i=\${i#pipe:[}; i=\${i%]}; }; ` +
     `read -r l </proc/$p/stat; set -f; set -- \${l##*) }; set +f; echo "strata-run \${i:-none} \${20}" >&3; ` +
     // The command's pipes become the user's, as runc makes an exec's stdio (uid only), so /dev/stdout, /dev/stderr and
     // /dev/stdin open for it as they do in an exec (a pipe is reopened through /proc with its inode's permissions).
-    `chown ${ids.uid} /proc/self/fd/1${input ? " /proc/self/fd/0" : ""} 2>/dev/null; ` +
-    `printf '%s\n' ${lineQuote(environment)} | { exec 4<&0 </dev/null; ` +
-    `setsid ${setpriv} /bin/sh -c ${lineQuote(USER_START)} strata ${lineQuote(cwd)} ${lineQuote(command)} ${input ? "0<&5 5<&-" : "</dev/null"} 3>&- 2>&1 & ` +
+    // Own scripts never reopen their stdio: no chown process for them.
+    (own ? "" : `chown ${ids.uid} /proc/self/fd/1${input ? " /proc/self/fd/0" : ""} 2>/dev/null; `) +
+    // `\\n` reaches the shell as the two characters printf reads as a newline: a raw newline would make the request a multi-line one,
+    // which the supervisor must read with a dd of its own.
+    `printf '%s\\n' ${lineQuote(environment)} | { exec 4<&0 </dev/null; ` +
+    `setsid ${drop} /bin/sh -c ${lineQuote(own ? OWN_START : USER_START)} strata ${lineQuote(cwd)} ${lineQuote(command)} ${input ? "0<&5 5<&-" : "</dev/null"} 3>&- 2>&1 & ` +
     `c=$!; exec 4<&-; echo "strata-pgid $c" >&3; wait $c; s=$?; ` +
-    `[ $s != 200 ] || ${setpriv} /bin/sh -c 'cd -- "$1"' strata ${lineQuote(cwd)} </dev/null >/dev/null 2>&1 3>&- || echo strata-nocwd >&3; ` +
+    `[ $s != 200 ] || ${drop} /bin/sh -c 'cd -- "$1"' strata ${lineQuote(cwd)} </dev/null >/dev/null 2>&1 3>&- || echo strata-nocwd >&3; ` +
     // The rest of the command's stdin is drained before its exit is reported (dd has read it whole from the session, so the
     // session's input is in step): from the exit report to the end, only exits remain, well inside the kill's grace period.
     `${input ? "cat <&5 >/dev/null; exec 5<&-; " : ""}echo "strata-exit $s" >&3; echo "strata-status $s" >&3; }; ${input ? "exec 5<&-; " : ""}} | cat; } 2>/dev/null; ` +

@@ -149,9 +149,9 @@ export class LocalSandbox extends BaseSandbox {
     return unwrap(await this.files.grep(pattern, { path, glob, maxCount }));
   }
 
-  protected override async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
+  protected override async doGlob(pattern: string, path: string | null, includeDirectories = false, sizes = true): Promise<FileInfo[]> {
     this.assertOpen();
-    return unwrap(await this.files.glob(pattern, { path, includeDirectories })).entries;
+    return unwrap(await this.files.glob(pattern, { path, includeDirectories, sizes })).entries;
   }
 
   protected override async doStat(path: string): Promise<FileInfo> {

@@ -37,7 +37,6 @@
  * holds that turn until it exits, its changes captured before `wait()`
  * answers. Reads do not wait.
  */
-import { createHash } from "node:crypto";
 import { lstatSync, mkdirSync, mkdtempSync, writeFileSync, openSync, readdirSync, readFileSync, closeSync, constants, rmSync, type BigIntStats } from "node:fs";
 import { tmpdir } from "node:os";
 import nodePath from "node:path";
@@ -64,6 +63,7 @@ import type {
   SpawnOptions,
   WriteResult,
 } from "../core/types.js";
+import { nodeCrypto } from "../stores/lazy-builtins.js";
 
 export interface OverlaySandboxOptions {
   /** The layer commands' changes land in, and file operations go to. */
@@ -242,9 +242,9 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
     return unwrap(await this.overlay.grep(pattern, { path, glob, maxCount }));
   }
 
-  protected async doGlob(pattern: string, path: string | null, includeDirectories = false): Promise<FileInfo[]> {
+  protected async doGlob(pattern: string, path: string | null, includeDirectories = false, sizes = true): Promise<FileInfo[]> {
     this.assertOpen();
-    return unwrap(await this.overlay.glob(pattern, { path, includeDirectories })).entries;
+    return unwrap(await this.overlay.glob(pattern, { path, includeDirectories, sizes })).entries;
   }
 
   protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
@@ -436,7 +436,7 @@ export class OverlaySandbox extends BaseBackend implements Sandbox {
     };
     /** Whether the view holds, under a directory the command removed, a file the copy never had (the disk added it behind). */
     const addedUnder = async (dir: string): Promise<boolean> => {
-      const listed = await this.overlay.glob("**", { path: dir });
+      const listed = await this.overlay.glob("**", { path: dir, sizes: false });
       if ("error" in listed && listed.error) return listed.error.code !== "file_not_found";
       return (listed as { entries: Array<{ path: string }> }).entries.some((entry) => !before.has(entry.path));
     };
@@ -584,7 +584,7 @@ function readNoFollow(file: string): Uint8Array {
 }
 
 function hashOf(bytes: Uint8Array): string {
-  return createHash("sha256").update(bytes).digest("hex");
+  return nodeCrypto().createHash("sha256").update(bytes).digest("hex");
 }
 
 function missedNote(missed: ReadonlyArray<{ path: string; code: string }>): string {

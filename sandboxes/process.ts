@@ -5,7 +5,6 @@
  * BubblewrapSandbox; Node's execFile kills only the direct child and buffers
  * without a head-keeping cap, hence this small runner.
  */
-import { spawn } from "node:child_process";
 import type { Writable } from "node:stream";
 import { constants } from "node:os";
 import { StrataError, errors } from "../core/errors.js";
@@ -14,6 +13,7 @@ import { baseName } from "../core/paths.js";
 import type { ExecuteResponse } from "../core/types.js";
 import { SANDBOX_DEFAULTS } from "./defaults.js";
 import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./output.js";
+import { childProcess } from "../stores/lazy-builtins.js";
 
 /** Linux's limit on one argv string (MAX_ARG_STRLEN). */
 const MAX_ARG_BYTES = 128 * 1024;
@@ -51,7 +51,7 @@ export function runProcess(run: ProcessRun): Promise<ExecuteResponse> {
   }
   if (run.signal?.aborted) return Promise.reject(run.signal.reason);
   return new Promise((resolve, reject) => {
-    const child = spawn(run.file, run.args, { cwd: run.cwd, env: run.env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+    const child = childProcess().spawn(run.file, run.args, { cwd: run.cwd, env: run.env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
     const output = new OutputCollector(run.maxOutputBytes, run.onOutput, run.onData);
     let timedOut = false;
     let overflowed = false;

@@ -13,16 +13,26 @@
  * command (KILL_SCRIPT), together with every process still carrying the
  * run's STRATA_EXEC_ID marker, which catches one that left the group.
  */
-import { randomUUID } from "node:crypto";
 import { StrataError, errors } from "../core/errors.js";
 import type { ExecuteResponse } from "../core/types.js";
 import { SANDBOX_DEFAULTS } from "./defaults.js";
 import { OutputCollector, TIMEOUT_EXIT_CODE, timeoutMessage } from "./output.js";
+import { nodeCrypto } from "../stores/lazy-builtins.js";
 
 /** Linux's limit on one argv string (MAX_ARG_STRLEN); the command travels as one. */
 export const MAX_COMMAND_BYTES = 128 * 1024;
 /** Name of the environment variable that marks every process of one run. */
 export const MARKER_VARIABLE = "STRATA_EXEC_ID";
+/**
+ * A sweep's kill leaves `<STOPPED_PREFIX><marker>` behind, and the shell that
+ * starts a command (WRAPPER, Docker's USER_START) checks for it before it
+ * starts anything: a command whose start was still on its way when it was
+ * aborted (the request sent, the process not there yet for the sweep to
+ * find) does not start after the kill. /tmp: every user may create there.
+ */
+export const STOPPED_PREFIX = "/tmp/.strata-stopped-";
+/** The check, one line of sh, for a shell whose environment carries the marker. */
+export const UNLESS_STOPPED = `[ ! -e "${STOPPED_PREFIX}$${MARKER_VARIABLE}" ] || exit 137`;
 /** How long the stream may stay open after a kill before the run is given up on. */
 const KILL_DEADLINE_MS = 5_000;
 
@@ -33,7 +43,8 @@ const KILL_DEADLINE_MS = 5_000;
  * child of the wrapper, is already in a group of its own: the wrapper's.
  * Only where that is not so (or /proc is missing) is `setsid` run for it.
  */
-export const WRAPPER = `cd -- "$1" 2>/dev/null || { echo strata-nocwd >&2; exit 1; }
+export const WRAPPER = `${UNLESS_STOPPED}
+cd -- "$1" 2>/dev/null || { echo strata-nocwd >&2; exit 1; }
 exec 3<&0
 if { read -r _ _ _ _ g _ </proc/$$/stat && [ "$g" = "$$" ]; } 2>/dev/null; then
   /bin/sh -c "$2" 0<&3 3<&- 2>&1 &
@@ -50,12 +61,15 @@ echo "strata-exit $?" >&2`;
 
 /**
  * `sh -c KILL_SCRIPT strata <pgid> <marker>`: kills the group, then (given a
- * marker) every process whose environment carries it, a few rounds in case
- * one forks meanwhile. Only shell builtins run before the first kill, so it
- * works even when a fork bomb has used up the process limit.
+ * marker) leaves the STOPPED_PREFIX mark and kills every process whose
+ * environment carries the marker, a few rounds in case one forks meanwhile.
+ * Only shell builtins run before the first kill, so it works even when a
+ * fork bomb has used up the process limit. Marks older than an hour go (a
+ * start that late is not on its way).
  */
 export const KILL_SCRIPT = `[ -n "$1" ] && kill -9 -"$1" 2>/dev/null
 [ -n "$2" ] || exit 0
+: > "${STOPPED_PREFIX}$2" 2>/dev/null
 for _ in 1 2 3; do
   found=
   for f in $(grep -l -z -F "${MARKER_VARIABLE}=$2" /proc/[0-9]*/environ 2>/dev/null); do
@@ -64,6 +78,7 @@ for _ in 1 2 3; do
   done
   [ -n "$found" ] || break
 done
+find /tmp -maxdepth 1 -name '${STOPPED_PREFIX.slice("/tmp/".length)}*' -mmin +60 -exec rm -f {} + 2>/dev/null
 exit 0`;
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -85,7 +100,7 @@ export function checkCommand(command: string, env: Record<string, string> | unde
 
 /** A fresh marker value for one run. */
 export function newMarker(): string {
-  return randomUUID();
+  return nodeCrypto().randomUUID();
 }
 
 export interface RemoteRunOptions {
@@ -122,6 +137,11 @@ export class RemoteRun {
   private overflowed = false;
   private stderrLine = "";
   private readonly timers: NodeJS.Timeout[] = [];
+  /** Whether the run has its answer (an abort, a timeout, a failure): a command not started yet must not be. */
+  get finished(): boolean {
+    return this.settled;
+  }
+
   private readonly onAbort = () => {
     void this.options.kill(this.pgid, true);
     this.options.abandon();

@@ -3,11 +3,11 @@
  * and BusyBox alike) that the derived file operations run, and the parsers
  * of what they print. Kept apart from the class so each reads in one sitting.
  */
-import { createHash } from "node:crypto";
 import { StrataError, errors, printable } from "../core/errors.js";
 import { decodeBase64, decodeText } from "../core/filedata.js";
 import { checkQuota } from "../core/limits.js";
 import type { FileInfo, GrepMatch } from "../core/types.js";
+import { nodeCrypto } from "../stores/lazy-builtins.js";
 
 /** Largest file `readRaw`, `edit` and a sandbox's download move through `execute`. */
 export const MAX_TRANSFER_BYTES = 64 * 1024 * 1024;
@@ -27,6 +27,8 @@ export function statusError(status: string, path: string, fields: string[]): Str
       return errors.alreadyExists(path);
     case "denied":
       return errors.permissionDenied(path);
+    case "link":
+      return new StrataError("permission_denied", `'${printable(path)}' lies under a symbolic link, and no change passes through one`, { path });
     case "special":
       return new StrataError("permission_denied", `'${path}' is not a regular file`);
     case "toolarge":
@@ -78,6 +80,29 @@ export const CHECK_REGULAR_FILE = `[ -d "$P" ] && { echo isdir; exit 0; }
 [ -f "$P" ] || { echo special; exit 0; }
 [ -r "$P" ] || { echo denied; exit 0; }`;
 
+/**
+ * `linked PATH` succeeds when a directory between "$W" and PATH is a symbolic
+ * link. No change (write, edit, delete, mkdir, move, copy) passes through
+ * one: the permission rules are checked on the path as given, and a link
+ * could lead a change under a path they protect (docs/security.md). A link
+ * at PATH itself is the change's own object (replaced, deleted or moved).
+ */
+export const LINKED_FN = `linked() {
+  a=\${1%/*}
+  while [ "\${#a}" -gt "\${#W}" ]; do [ -L "$a" ] && return 0; a=\${a%/*}; done
+  return 1
+}`;
+
+/**
+ * Where the rules deny some reads: a read whose "$P" is reached through a
+ * symbolic link (a parent directory below "$W" or the path itself) stops at
+ * `via TARGET`, the path with every link resolved, so the caller checks the
+ * rules on the file it would read before it reads it (BaseSandbox.readThrough).
+ * The rules are checked on the path as given, and the derived operations' own
+ * scripts see every file, also what commands are not shown. Needs LINKED_FN.
+ */
+export const READ_THROUGH_LINK = `if { [ "$P" != "$W" ] && [ -L "$P" ]; } || linked "$P"; then echo "via $(readlink -f -- "$P")"; exit 0; fi`;
+
 /** Stops unless "$P" may become a file: not a directory, and no ancestor up to "$W" is a file. */
 export const CHECK_PLACE_FOR_FILE = `[ -d "$P" ] && { echo isdir; exit 0; }
 a=\${P%/*}
@@ -118,7 +143,7 @@ room() {
  * for all of them.
  */
 export function lockName(path: string): string {
-  return `.strata-lock-${createHash("sha256").update(path).digest("hex").slice(0, 32)}`;
+  return `.strata-lock-${nodeCrypto().createHash("sha256").update(path).digest("hex").slice(0, 32)}`;
 }
 
 /**
@@ -212,6 +237,8 @@ taken() { if [ -d "$P" ]; then echo isdir; else echo exists; fi; }
 cleanup() { rm -f -- "$t"; [ -z "$locked" ] || rmdir -- "$L"; [ -n "$done" ] || undo; }
 old() { o=0; e=0; if [ -f "$P" ]; then o=$(stat -L -c %s -- "$P") || o=0; e=1; fi; }
 trap cleanup EXIT
+${LINKED_FN}
+linked "$P" && { echo link; exit 0; }
 ${mode === "swap" ? CHECK_REGULAR_FILE : CHECK_PLACE_FOR_FILE}
 ${mode === "create" ? `if [ -e "$P" ] || [ -L "$P" ]; then taken; exit 0; fi
 ` : ""}old
@@ -241,12 +268,16 @@ while :; do
   echo "$w"; exit 0
 done`;
 
-/** `place PATH`: prints whether PATH may become a file: ok, isdir, or notdir (an ancestor up to "$W" is a file). */
+/**
+ * `place PATH`: prints whether PATH may become a file: ok, isdir, notdir (an
+ * ancestor up to "$W" is a file), or link (one is a symlink: see LINKED_FN).
+ */
 export const PLACE_FN = `place() {
   [ -d "$1" ] && { echo isdir; return; }
   a=\${1%/*}
   while [ "\${#a}" -gt "\${#W}" ]; do
-    if [ -e "$a" ] || [ -L "$a" ]; then [ -d "$a" ] || { echo notdir; return; }; fi
+    [ -L "$a" ] && { echo link; return; }
+    if [ -e "$a" ]; then [ -d "$a" ] || { echo notdir; return; }; fi
     a=\${a%/*}
   done
   echo ok
@@ -362,6 +393,118 @@ STRATA_P
 }`;
 
 /**
+ * `grep_batch NAME...` (names one per argument, none holding a newline;
+ * needs IFS=$NL, set -f and emit()): reports files up to 1 MiB whole as one
+ * B record (names, the sizes `wc -c` counted, then the files concatenated as
+ * base64), bigger ones through emit. The sizes are counted before cat reads
+ * the files, so a file changed in between shows as a torn batch.
+ */
+export const GREP_BATCH = `grep_batch() {
+  S=$(wc -c -- "$@" 2>/dev/null)
+  g_small=
+  g_sizes=
+  # Split by IFS (a newline), not read from a here-document: sh's read takes a byte per system call.
+  for line in $S; do
+    [ $# -gt 0 ] || break
+    line=\${line#"\${line%%[! ]*}"}
+    s=\${line%% *}
+    case $s in ''|*[!0-9]*) s=0;; esac
+    if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then g_small="$g_small$1$NL"; g_sizes="$g_sizes$s$NL"; else emit "$1"; fi
+    shift
+  done
+  [ -n "$g_small" ] || return 0
+  set -- $g_small
+  printf 'B'; printf '%s\\n' "$@"; printf '\\000%s\\000' "$g_sizes"
+  cat -- "$@" | base64; printf '\\000'
+}`;
+
+/** find's walk over the names grep -r or rg left out (`odd`: -path tests), each grepped and sent by emit. */
+const grepOddNames = (odd: string) =>
+  `find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f ${odd} -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do\n  grep -q -F -f - -- "$f" <<STRATA_P && emit "$f"\n$STRATA_PATTERN\nSTRATA_P\ndone`)} sh {} +`;
+
+/** grep's POSIX path (F=posix, or rg failed): find batches; small files whole, big ones through emit, odd names alone. */
+export const GREP_POSIX = `find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(GREP_SMALL_BATCH)} sh {} +
+find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f ! -size -${WHOLE_FILE_BYTES / 1024 + 1}k ! -path "*$NL*" -exec sh -c ${shellQuote(`grep -l -F -f - -- "$@" <<STRATA_P\n$STRATA_PATTERN\nSTRATA_P`)} sh {} + | while IFS= read -r f; do emit "$f"; done
+find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f -path "*$NL*" -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do\n  grep -q -F -f - -- "$f" <<STRATA_P && emit "$f"\n$STRATA_PATTERN\nSTRATA_P\ndone`)} sh {} +`;
+
+/**
+ * Sets F to how the sandbox proposes grep's candidate files: rg (ripgrep),
+ * gnu (GNU grep: -r, -I, --exclude), or posix (find batches). `known` is
+ * what an earlier script of the sandbox reported; undefined probes, once.
+ */
+export function grepFlavor(known: string | undefined): string {
+  if (known === "rg" || known === "gnu" || known === "posix") return `F=${known}`;
+  return `if command -v rg >/dev/null 2>&1; then F=rg
+else case $(grep -V </dev/null 2>&1) in *GNU*) F=gnu;; *) F=posix;; esac; fi`;
+}
+
+/**
+ * grep's candidates from one GNU \`grep -rlIF\` (F=gnu): -r follows a link
+ * only at the root and skips devices, as find -H -type f; -I drops files
+ * whose first block holds NUL (core calls those binary anyway; any other
+ * candidate is still read whole and decided by core). Names with a newline
+ * are left to a find over such names only, run first. Expects R, NL, emit
+ * and grep_batch. The fallback of GREP_GNU_WHOLE.
+ */
+export const GREP_GNU = `${grepOddNames(`-path "*$NL*"`)}
+L=$(grep -rlIF --exclude-dir='.strata-tmp-*' --exclude-dir='.strata-lock-*' --exclude='.strata-tmp-*' --exclude='.strata-lock-*' --exclude="*$NL*" --exclude-dir="*$NL*" -f - -- "$R" <<STRATA_P
+$STRATA_PATTERN
+STRATA_P
+)
+set -f
+IFS=$NL
+set --
+for f in $L; do
+  if [ $# -ge 500 ]; then grep_batch "$@"; set --; fi
+  set -- "$@" "$f"
+done
+[ $# -eq 0 ] || grep_batch "$@"`;
+
+/**
+ * grep in one process where grep is GNU's (F=gnu), the script's last step:
+ * with -z a record ends at NUL, not at a newline, so a file without NUL is
+ * one record, and a file holding the pattern is printed whole, raw, as
+ * `NAME\0OFFSET:RECORD\0` (-Z: names may hold newlines; -b: the record's
+ * byte offset). A file holding NUL shows as a record past offset 0 or as
+ * more than one record (-A1 prints the record after a match, `OFFSET-`), so
+ * only a single record at offset 0 is a text file, which core's grepText
+ * then searches as every other path does. What -z cannot show is a file
+ * whose only NUL is its last byte (a terminator, as a last newline is
+ * without -z): such a file reads as text here. Exit status 1 is no match, 2 an unreadable file
+ * passed over. The output is taken as UTF-8 text, so an answer holding
+ * U+FFFD (bytes that were not UTF-8, or the character itself) is asked
+ * again through GREP_GNU, in base64.
+ */
+export const GREP_GNU_WHOLE = `exec grep -rzHZbF -A1 --no-group-separator --exclude-dir='.strata-tmp-*' --exclude-dir='.strata-lock-*' --exclude='.strata-tmp-*' --exclude='.strata-lock-*' -f - -- "$R" <<STRATA_P
+$STRATA_PATTERN
+STRATA_P`;
+
+/** Parses GREP_GNU_WHOLE's output: each file that is one NUL-free record, with that record; undefined for a malformed answer. */
+export function parseWholeRecords(payload: string): Map<string, string> | undefined {
+  const files = new Map<string, string>();
+  const binary = new Set<string>();
+  let at = 0;
+  while (at < payload.length) {
+    const nameEnd = payload.indexOf("\0", at);
+    const end = nameEnd === -1 ? -1 : payload.indexOf("\0", nameEnd + 1);
+    if (end === -1) return undefined;
+    const name = payload.slice(at, nameEnd);
+    let digits = nameEnd + 1;
+    while (digits < end && payload.charCodeAt(digits) >= 48 && payload.charCodeAt(digits) <= 57) digits++;
+    if (digits === nameEnd + 1 || digits === end) return undefined;
+    const first = payload[digits] === ":" && digits === nameEnd + 2 && payload[nameEnd + 1] === "0";
+    if (!first || files.has(name) || binary.has(name)) {
+      files.delete(name);
+      binary.add(name);
+    } else {
+      files.set(name, payload.slice(digits + 1, end));
+    }
+    at = end + 1;
+  }
+  return files;
+}
+
+/**
  * grep's fast path where the sandbox has ripgrep: one rg -l -F (parallel,
  * one walk) proposes the files, which are then reported exactly as the POSIX
  * path reports them (small files whole in B records, big ones through emit),
@@ -371,52 +514,48 @@ STRATA_P
  * (-E none), and skips the internal names as find prunes them. rg lists
  * names NUL-terminated and tr swaps NUL and newline, so a name holding a
  * newline (or byte 1) shows as byte 1 and is left to a find over such names
- * only. Expects R, NL and emit(); sets rg_done when rg answered (status 0
- * or 1); otherwise (no rg, or rg failed) the caller runs the POSIX path.
+ * only. Expects R, NL, SOH, emit() and grep_batch(); sets rg_done when rg
+ * answered (status 0 or 1); otherwise (rg failed) the caller runs the POSIX path.
  */
 export const GREP_RIPGREP = `rg_done=
-rg_batch() {
-  S=$(wc -c -- "$@" 2>/dev/null)
-  rg_small=
-  rg_sizes=
-  while IFS= read -r line && [ $# -gt 0 ]; do
-    line=\${line#"\${line%%[! ]*}"}
-    s=\${line%% *}
-    case $s in ''|*[!0-9]*) s=0;; esac
-    if [ "$s" -le ${WHOLE_FILE_BYTES} ]; then rg_small="$rg_small$1$NL"; rg_sizes="$rg_sizes$s$NL"; else emit "$1"; fi
-    shift
-  done <<STRATA_S
-$S
-STRATA_S
-  [ -n "$rg_small" ] || return 0
-  set -- $rg_small
-  # The sizes counted above, before cat reads the files: a file changed in between shows as a torn batch.
-  printf 'B'; printf '%s\\n' "$@"; printf '\\000%s\\000' "$rg_sizes"
-  cat -- "$@" | base64; printf '\\000'
-}
-if command -v rg >/dev/null 2>&1; then
-  SOH=$(printf '\\001')
-  L=$( (rg --files-with-matches --null --fixed-strings --hidden --no-ignore --no-config --no-messages -E none -g '!.strata-tmp-*' -g '!.strata-lock-*' -f - -- "$R" <<STRATA_P
+SOH=$(printf '\\001')
+L=$( (rg --files-with-matches --null --fixed-strings --hidden --no-ignore --no-config --no-messages -E none -g '!.strata-tmp-*' -g '!.strata-lock-*' -f - -- "$R" <<STRATA_P
 $STRATA_PATTERN
 STRATA_P
 printf '\\000%s' "$?") | tr '\\n\\000' '\\001\\n')
-  rc=\${L##*"$NL"}
-  if [ "$rc" = 0 ] || [ "$rc" = 1 ]; then
-    rg_done=1
-    case $L in *"$NL"*) L=\${L%"$NL"*};; *) L=;; esac
-    rg_odd=
-    set -f
-    IFS=$NL
-    set --
-    for f in $L; do
-      case $f in *"$SOH"*) rg_odd=1; continue;; esac
-      set -- "$@" "$f"
-      if [ $# -ge 500 ]; then rg_batch "$@"; set --; fi
-    done
-    [ $# -eq 0 ] || rg_batch "$@"
-    [ -z "$rg_odd" ] || find -H "$R" \\( -name '.strata-tmp-*' -o -name '.strata-lock-*' \\) -prune -o -type f \\( -path "*$NL*" -o -path "*$SOH*" \\) -exec sh -c ${shellQuote(`${GREP_EMIT}\nfor f do\n  grep -q -F -f - -- "$f" <<STRATA_P && emit "$f"\n$STRATA_PATTERN\nSTRATA_P\ndone`)} sh {} +
-  fi
+rc=\${L##*"$NL"}
+if [ "$rc" = 0 ] || [ "$rc" = 1 ]; then
+  rg_done=1
+  case $L in *"$NL"*) L=\${L%"$NL"*};; *) L=;; esac
+  rg_odd=
+  set -f
+  IFS=$NL
+  set --
+  for f in $L; do
+    case $f in *"$SOH"*) rg_odd=1; continue;; esac
+    set -- "$@" "$f"
+    if [ $# -ge 500 ]; then grep_batch "$@"; set --; fi
+  done
+  [ $# -eq 0 ] || grep_batch "$@"
+  [ -z "$rg_odd" ] || ${grepOddNames(`\\( -path "*$NL*" -o -path "*$SOH*" \\)`)}
 fi`;
+
+/**
+ * Sets G=1 where find has GNU's -printf (one find prints names, types, sizes
+ * and times: no shell and no stat per batch), else G=0. `known` is what an
+ * earlier script of the same sandbox reported; undefined probes, once.
+ */
+export function findFlavor(known: boolean | undefined): string {
+  if (known !== undefined) return `G=${known ? 1 : 0}`;
+  return `if find /dev/null -maxdepth 0 -printf '' </dev/null >/dev/null; then G=1; else G=0; fi`;
+}
+
+/**
+ * GNU find's `-printf` in place of STAT_BATCH: `%Y %s %T@ %p\0` per entry.
+ * %Y follows links (d for a directory, N/L/? for a link to nothing, a loop,
+ * an error); %s and %T@ are the entry's own, so ls hands links to STAT_BATCH.
+ */
+export const FIND_PRINTF = `-printf '%Y %s %T@ %p\\000'`;
 
 export interface StatEntry {
   name: string;
@@ -425,35 +564,65 @@ export interface StatEntry {
   mtime?: number;
 }
 
-/** Parses STAT_BATCH output. A path stat could not read (a dangling symlink, a race) keeps no size. */
-export function parseStatBatches(payload: string): StatEntry[] {
+/**
+ * Parses what a listing printed: FIND_PRINTF records and STAT_BATCH batches,
+ * in any order (ls prints its links through STAT_BATCH among -printf's
+ * records; a batch starts with `B`, a record with a %Y letter, never `B`).
+ * A link to nothing or a path stat could not read (a loop, a race) keeps no size.
+ */
+export function parseListing(payload: string): StatEntry[] {
   const entries: StatEntry[] = [];
   let at = 0;
-  while (payload.startsWith("B", at)) {
-    const headerEnd = payload.indexOf("\n", at);
-    const count = Number(payload.slice(at + 1, headerEnd));
-    at = headerEnd + 1;
-    const batch: StatEntry[] = [];
-    for (let i = 0; i < count; i++) {
-      const end = payload.indexOf("\0", at);
-      if (end === -1) return entries;
-      batch.push({ isDir: payload[at] === "d", name: payload.slice(at + 1, end) });
-      at = end + 1;
+  while (at < payload.length) {
+    if (payload[at] === "B") {
+      at = parseStatBatch(payload, at, entries);
+      if (at === -1) break;
+      continue;
     }
-    const statLine = /(\d+) (\d+) /y;
-    for (const entry of batch) {
-      statLine.lastIndex = at;
-      const match = statLine.exec(payload);
-      if (!match) continue;
-      const after = statLine.lastIndex;
-      if (!payload.startsWith(`${entry.name}\n`, after)) continue;
-      entry.size = Number(match[1]);
-      entry.mtime = Number(match[2]);
-      at = after + entry.name.length + 1;
+    const end = payload.indexOf("\0", at);
+    if (end === -1) break;
+    const record = payload.slice(at, end);
+    at = end + 1;
+    const sizeEnd = record.indexOf(" ", 2);
+    const timeEnd = record.indexOf(" ", sizeEnd + 1);
+    if (record[1] !== " " || sizeEnd === -1 || timeEnd === -1) continue;
+    const type = record[0];
+    const entry: StatEntry = { name: record.slice(timeEnd + 1), isDir: type === "d" };
+    if (type !== "N" && type !== "L" && type !== "?") {
+      entry.size = Number(record.slice(2, sizeEnd));
+      entry.mtime = Math.floor(Number(record.slice(sizeEnd + 1, timeEnd)));
     }
-    entries.push(...batch);
+    entries.push(entry);
   }
   return entries;
+}
+
+/** One STAT_BATCH batch from `at` into `entries`; returns where the next output starts, -1 for a cut batch. */
+function parseStatBatch(payload: string, start: number, entries: StatEntry[]): number {
+  const headerEnd = payload.indexOf("\n", start);
+  if (headerEnd === -1) return -1;
+  const count = Number(payload.slice(start + 1, headerEnd));
+  let at = headerEnd + 1;
+  const batch: StatEntry[] = [];
+  for (let i = 0; i < count; i++) {
+    const end = payload.indexOf("\0", at);
+    if (end === -1) return -1;
+    batch.push({ isDir: payload[at] === "d", name: payload.slice(at + 1, end) });
+    at = end + 1;
+  }
+  const statLine = /(\d+) (\d+) /y;
+  for (const entry of batch) {
+    statLine.lastIndex = at;
+    const match = statLine.exec(payload);
+    if (!match) continue;
+    const after = statLine.lastIndex;
+    if (!payload.startsWith(`${entry.name}\n`, after)) continue;
+    entry.size = Number(match[1]);
+    entry.mtime = Number(match[2]);
+    at = after + entry.name.length + 1;
+  }
+  entries.push(...batch);
+  return at;
 }
 
 export function fileInfo(path: string, entry: StatEntry): FileInfo {

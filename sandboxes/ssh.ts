@@ -14,7 +14,6 @@
  * argv, so the exec line is a fixed text; the environment, the working
  * directory and the command travel over the channel's stdin (see EXEC_LINE).
  */
-import { createHash, createHmac } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type ssh2 from "ssh2";
 import type { ClientChannel, ConnectConfig, SFTPWrapper, Stats } from "ssh2";
@@ -29,6 +28,7 @@ import { sandboxLimits } from "./defaults.js";
 import { KILL_SCRIPT, MARKER_VARIABLE, RemoteRun, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 import { feedStdin } from "./process.js";
 import { LOCK_FN, int, shellQuote, statusError, tempName } from "./shell.js";
+import { nodeCrypto } from "../stores/lazy-builtins.js";
 import { optionalPackage } from "../stores/optional-package.js";
 
 /** The ssh2 package, loaded when an SshSandbox first connects (an optional peer dependency). */
@@ -165,7 +165,7 @@ export class SshSandbox extends BaseSandbox {
     this.workspace = workspace;
     // The same account and workspace give the same id; the id names no remote path (it shows up in messages).
     const place = `${options.username}@${options.host}:${options.port ?? 22}:${workspace}`;
-    this.id = `ssh-${createHash("sha256").update(place).digest("hex").slice(0, 16)}`;
+    this.id = `ssh-${nodeCrypto().createHash("sha256").update(place).digest("hex").slice(0, 16)}`;
   }
 
   /**
@@ -268,6 +268,8 @@ export class SshSandbox extends BaseSandbox {
       });
     });
     channel.on("error", (error: unknown) => run.fail(connectionError(error)));
+    // Aborted (or closed) while the channel opened: the command is never sent.
+    if (run.finished) return run.result;
     channel.write(header);
     feedStdin(options.stdin, channel);
     return run.result;
@@ -283,8 +285,8 @@ export class SshSandbox extends BaseSandbox {
    * one needs the server's clock, which only the shell has.) A reader sees
    * the old content or the new, and a symlink at the target is replaced,
    * never written through. Missing parent directories are made first, each
-   * once; a parent that resolves outside the workspace (a symlink a command
-   * planted) is refused with `permission_denied`. Uploads of one path in a
+   * once; a parent that is a symlink (a command may plant one) is refused
+   * with `permission_denied`, wherever it leads. Uploads of one path in a
    * batch land in input order.
    */
   protected async doUpload(files: ReadonlyArray<readonly [string, Uint8Array]>): Promise<UploadAnswer[]> {
@@ -307,7 +309,7 @@ export class SshSandbox extends BaseSandbox {
     const realDirectory = (dir: string): Promise<string> => {
       let real = directories.get(dir);
       if (!real) {
-        real = dir === "/" ? Promise.resolve(root) : realDirectory(parentOf(dir)).then((parent) => this.enterDirectory(sftp, call, root, `${parent}/${baseName(dir)}`, dir));
+        real = dir === "/" ? Promise.resolve(root) : realDirectory(parentOf(dir)).then((parent) => this.enterDirectory(sftp, call, `${parent}/${baseName(dir)}`, dir));
         directories.set(dir, real);
       }
       return real;
@@ -501,11 +503,10 @@ export class SshSandbox extends BaseSandbox {
   }
 
   /**
-   * mkdir `target` (its parent already resolved and inside the workspace),
-   * or find it there; returns its real path. A symlink there is followed
-   * only to a directory inside the workspace.
+   * mkdir `target` (its parent already entered), or find it there as a
+   * directory; returns `target`. A symlink there is refused.
    */
-  private async enterDirectory(sftp: SFTPWrapper, call: SftpCaller, root: string, target: string, dir: string): Promise<string> {
+  private async enterDirectory(sftp: SFTPWrapper, call: SftpCaller, target: string, dir: string): Promise<string> {
     try {
       await call<void>((done) => sftp.mkdir(target, done));
       return target;
@@ -515,12 +516,9 @@ export class SshSandbox extends BaseSandbox {
     const stats = await call<Stats>((done) => sftp.lstat(target, done)).catch(() => undefined);
     if (!stats) throw errors.permissionDenied(dir);
     if (stats.isDirectory()) return target;
-    if (!stats.isSymbolicLink()) throw errors.notADirectory(dir);
-    const real = await call<string>((done) => sftp.realpath(target, done)).catch(() => undefined);
-    if (real === undefined || (real !== root && !real.startsWith(`${root}/`))) throw errors.permissionDenied(dir);
-    const resolved = await call<Stats>((done) => sftp.stat(real, done)).catch(() => undefined);
-    if (!resolved?.isDirectory()) throw errors.notADirectory(dir);
-    return real;
+    // A link among the parents is refused wherever it leads, as in every sandbox's changes (sandboxes/shell.ts, LINKED_FN).
+    if (stats.isSymbolicLink()) throw errors.permissionDenied(dir);
+    throw errors.notADirectory(dir);
   }
 
   /** Names the failure of an SFTP read: the status code alone cannot tell a directory from other failures. */
@@ -702,7 +700,7 @@ function hostMatches(patterns: string, name: string): boolean {
   if (patterns.startsWith("|1|")) {
     const [, , salt, hash] = patterns.split("|");
     if (!salt || !hash) return false;
-    return createHmac("sha1", Buffer.from(salt, "base64")).update(name).digest("base64") === hash;
+    return nodeCrypto().createHmac("sha1", Buffer.from(salt, "base64")).update(name).digest("base64") === hash;
   }
   let matched = false;
   for (const pattern of patterns.split(",")) {

@@ -2,7 +2,7 @@ import { errors } from "../core/errors.js";
 import { fileDataSize, fileDataText } from "../core/filedata.js";
 import { checkQuota, validateQuota, type Quota } from "../core/limits.js";
 import { describeFileChanges, type FileChange, type KeyChange, type Restored, type SnapshotPoint, SnapshotTree } from "../core/snapshots.js";
-import type { FileData } from "../core/types.js";
+import type { FileData, FileDataV2 } from "../core/types.js";
 import { DEFAULT_MAX_VALUE_SIZE, DEFAULT_PAGE, MAX_PAGE, treePrefix } from "./records.js";
 import {
   checkBatchConsistent,
@@ -46,8 +46,17 @@ class Space {
    * the next listing sorts these few and merges them in one pass instead.
    */
   private unsorted: string[] = [];
-  /** Total bytes of content, for the quota. */
+  /** Total bytes of content, for the quota; kept only where there is one (`countsBytes`). */
   bytes = 0;
+
+  /** `countsBytes`: the store has a quota, so `bytes` is kept; without one, no write needs a value's size. */
+  constructor(private readonly countsBytes: boolean) {}
+  /**
+   * True once a key has been a file and a directory at once, which only the
+   * unchecked `put` can make. Until then, a file's parent that is a directory
+   * proves the tree check (no ancestor is a file) without a look at each.
+   */
+  private mixed = false;
   /**
    * The snapshot journal, from the namespace's first snapshot on: told every
    * change with the item it replaced. Absent until then, so a store that
@@ -57,22 +66,26 @@ class Space {
 
   /** An independent copy sharing every item (items are never changed in place): O(keys) pointers. */
   clone(): Space {
-    const copy = new Space();
+    const copy = new Space(this.countsBytes);
     for (const [key, item] of this.items) copy.items.set(key, item);
     for (const key of this.sorted) copy.ordered.push(key);
     for (const [dir, files] of this.dirs) copy.dirs.set(dir, files);
     copy.bytes = this.bytes;
+    copy.mixed = this.mixed;
     return copy;
   }
 
-  /** `size`: the value's size in bytes, when the caller has it already. */
-  set(item: StoredItem, size = fileDataSize(item.value)): void {
-    const previous = this.items.get(item.key);
+  /**
+   * `size`: the value's size in bytes, `previous`: the item the key holds now,
+   * `parent`: the key's directory; each when the caller has it already.
+   */
+  set(item: StoredItem, size?: number, previous = this.items.get(item.key), parent?: string): void {
     if (!previous) {
+      if (this.dirs.has(item.key)) this.mixed = true;
       this.unsorted.push(item.key);
-      this.count(item.key, 1);
+      this.count(item.key, 1, parent);
     }
-    this.bytes += size - (previous ? fileDataSize(previous.value) : 0);
+    if (this.countsBytes) this.bytes += (size ?? fileDataSize(item.value)) - (previous ? fileDataSize(previous.value) : 0);
     this.items.set(item.key, item);
     this.journal?.note(item.key, previous, item);
   }
@@ -81,7 +94,7 @@ class Space {
     const previous = this.items.get(key);
     if (!previous) return false;
     this.items.delete(key);
-    this.bytes -= fileDataSize(previous.value);
+    if (this.countsBytes) this.bytes -= fileDataSize(previous.value);
     const sorted = this.sorted;
     sorted.splice(lowerBound(sorted, key), 1);
     this.count(key, -1);
@@ -95,17 +108,18 @@ class Space {
    * left empty is dropped from it; most writes land in an existing directory
    * and stop at the first step.
    */
-  private count(key: string, delta: 1 | -1): void {
+  private count(key: string, delta: 1 | -1, parent?: string): void {
     const dirs = this.dirs;
-    for (let child = key; ; ) {
+    for (let child = key, known = parent; ; known = undefined) {
       const i = child.lastIndexOf("/");
       if (i <= 0) return;
-      const dir = child.slice(0, i);
+      const dir = known ?? child.slice(0, i);
       const entries = (dirs.get(dir) ?? 0) + delta;
       if (entries > 0) dirs.set(dir, entries);
       else dirs.delete(dir);
       // Only a directory that appeared (1 entry after an add) or went (0 after a removal) changes its parent.
       if (entries !== (delta === 1 ? 1 : 0)) return;
+      if (delta === 1 && this.items.has(dir)) this.mixed = true;
       child = dir;
     }
   }
@@ -154,13 +168,24 @@ class Space {
     return item && fileDataSize(item.value);
   }
 
-  /** The `putFile` tree check; synchronous, so no other write can run between it and the put. */
-  checkTree(key: string): void {
+  /**
+   * The `putFile` tree check; synchronous, so no other write can run between it and the put.
+   * Answers the key's directory (undefined at the top), which `set` then needs no second slice for.
+   */
+  checkTree(key: string): string | undefined {
     // checkTreeFor's rule, walked in place: no list of ancestors, no closures, on every write.
     if (this.isDirectory(key)) throw errors.isDirectory(key);
+    const slash = key.lastIndexOf("/");
+    if (slash <= 0) return undefined;
+    const parent = key.slice(0, slash);
+    // A directory is no file, and nor is any directory above it (each holds the one below): nothing more to look at.
+    if (!this.mixed && this.dirs.has(parent)) return parent;
+    let dir: string | undefined;
     for (let i = key.indexOf("/", 1); i !== -1; i = key.indexOf("/", i + 1)) {
-      if (this.items.has(key.slice(0, i))) throw errors.notADirectory(key);
+      dir = key.slice(0, i);
+      if (this.items.has(dir)) throw errors.notADirectory(key);
     }
+    return dir;
   }
 
   /** Keys starting with `prefix`, from the first one greater than `after`. */
@@ -179,8 +204,7 @@ export interface MemoryStoreOptions extends StoreQuotaOptions {
 /**
  * Records in a Map: the store for tests, browsers and short-lived agents.
  * Pure TypeScript (no `node:` imports). Values are copied in and out, so a
- * caller mutating a record cannot change what is stored (putFileSync keeps
- * the value it is handed over, as its contract says).
+ * caller mutating a record cannot change what is stored.
  */
 export class MemoryStore implements Store, SnapshotStore {
   private readonly spaces = new Map<string, Space>();
@@ -201,8 +225,11 @@ export class MemoryStore implements Store, SnapshotStore {
   }
 
   getSync(namespace: Namespace, key: string): StoredItem | undefined {
-    const item = this.space(namespace, false)?.items.get(checkedKey(key));
-    return item && copyItem(item);
+    // A key found is valid (each was checked on its way in), so only a miss is checked: a hit skips the path scan.
+    const item = this.space(namespace, false)?.items.get(key);
+    if (item) return copyItem(item);
+    checkedKey(key);
+    return undefined;
   }
 
   // Every check below is synchronous, with no await between it and the write, so
@@ -216,7 +243,7 @@ export class MemoryStore implements Store, SnapshotStore {
   }
 
   putFileSync(namespace: Namespace, key: string, value: FileData, options: PutOptions = {}): number {
-    return this.putOne(namespace, key, value, options, true, true);
+    return this.putOne(namespace, key, value, options, true);
   }
 
   async putMany(namespace: Namespace, entries: ReadonlyArray<readonly [string, FileData]>): Promise<number[]> {
@@ -227,15 +254,14 @@ export class MemoryStore implements Store, SnapshotStore {
     return this.putBatch(namespace, entries, true);
   }
 
-  /** `handedOver`: the caller gives `value` up (putFileSync), so it is kept without a copy. */
-  private putOne(namespace: Namespace, key: string, value: FileData, options: PutOptions, asFile: boolean, handedOver = false): number {
+  private putOne(namespace: Namespace, key: string, value: FileData, options: PutOptions, asFile: boolean): number {
     const space = this.space(namespace, true);
     const current = space.items.get(checkedKey(key));
     const size = this.checkValue(key, value);
     if (!versionMatches(options.expectedVersion, current?.version)) throw versionConflict(key, options.expectedVersion ?? null, current?.version);
-    if (asFile) space.checkTree(key);
-    if (this.quota) checkQuota(this.quota, space.usage, { bytes: size - (current ? fileDataSize(current.value) : 0), files: current ? 0 : 1 }, key);
-    space.set({ key, value: handedOver ? value : copyValue(value), version: ++this.version }, size);
+    const parent = asFile ? space.checkTree(key) : undefined;
+    if (this.quota) checkQuota(this.quota, space.usage, { bytes: size! - (current ? fileDataSize(current.value) : 0), files: current ? 0 : 1 }, key);
+    space.set({ key, value: copyIn(value), version: ++this.version }, size, current, parent);
     return this.version;
   }
 
@@ -248,9 +274,9 @@ export class MemoryStore implements Store, SnapshotStore {
       if (asFiles) space.checkTree(key);
     }
     if (asFiles) checkBatchConsistent(entries.map(([key]) => key));
-    checkBatchQuota(this.quota, space.usage, entries.map(([key, value]) => [key, fileDataSize(value)] as const), (key) => space.sizeOf(key));
+    if (this.quota) checkBatchQuota(this.quota, space.usage, entries.map(([key, value]) => [key, fileDataSize(value)] as const), (key) => space.sizeOf(key));
     return entries.map(([key, value]) => {
-      space.set({ key, value: copyValue(value), version: ++this.version });
+      space.set({ key, value: copyIn(value), version: ++this.version });
       return this.version;
     });
   }
@@ -368,9 +394,15 @@ export class MemoryStore implements Store, SnapshotStore {
     this.spaces.clear();
   }
 
-  /** Validates a value and answers its size in bytes. */
-  private checkValue(key: string, value: FileData): number {
+  /**
+   * Validates a value and answers its size in bytes; undefined where nothing
+   * needs it: no quota, and a text too short to pass maxValueSize whatever it
+   * holds (a UTF-16 unit is at most 3 bytes of UTF-8). Measuring the size was
+   * a good part of a small write's cost.
+   */
+  private checkValue(key: string, value: FileData): number | undefined {
     validateValue(value);
+    if (!this.quota && typeof value.content === "string" && value.content.length * 3 <= this.maxValueSize) return undefined;
     const size = fileDataSize(value);
     if (size > this.maxValueSize) throw errors.tooLarge(key, size, this.maxValueSize);
     return size;
@@ -400,9 +432,48 @@ export class MemoryStore implements Store, SnapshotStore {
     if (this.closed) throw storeClosed();
     const id = this.namespaceId(namespace);
     let space = this.spaces.get(id);
-    if (!space && create) this.spaces.set(id, (space = new Space()));
+    if (!space && create) this.spaces.set(id, (space = new Space(this.quota !== undefined)));
     return space;
   }
+}
+
+/**
+ * A stored record of the plain shape: the four fields Strata writes, all
+ * strings, in that order, nothing else. Its copy out is one object literal,
+ * several times cheaper than the general copy (a field scan and a spread),
+ * which was a good part of a small read's cost. Never handed out: reads copy.
+ */
+class PlainRecord implements FileDataV2 {
+  constructor(
+    readonly content: string,
+    readonly encoding: FileDataV2["encoding"],
+    readonly created_at: string,
+    readonly modified_at: string,
+  ) {}
+}
+
+/** The fields of a plain record, in the order fileDataFromText writes them. */
+const PLAIN_FIELDS = ["content", "encoding", "created_at", "modified_at"] as const;
+
+/**
+ * A stored copy of `value`: a PlainRecord where it has the plain shape, else a copy no caller can reach into.
+ * Symbol-keyed fields are not kept, as no other store keeps them (nor structuredClone).
+ */
+function copyIn(value: FileData): FileData {
+  const fields = value as unknown as Record<string, unknown>;
+  let n = 0;
+  for (const key in fields) {
+    if (key !== PLAIN_FIELDS[n++] || typeof fields[key] !== "string") return copyValue(value);
+  }
+  if (n !== 4) return copyValue(value);
+  const { content, encoding, created_at, modified_at } = value as FileDataV2;
+  return new PlainRecord(content, encoding, created_at, modified_at);
+}
+
+/** What a caller gets of a stored value: a copy it may change freely. */
+function copyOut(value: FileData): FileData {
+  if (value instanceof PlainRecord) return { content: value.content, encoding: value.encoding, created_at: value.created_at, modified_at: value.modified_at };
+  return copyValue(value);
 }
 
 /**
@@ -429,7 +500,7 @@ function describe(item: StoredItem): StoredKey {
 }
 
 function copyItem(item: StoredItem): StoredItem {
-  return { key: item.key, value: copyValue(item.value), version: item.version };
+  return { key: item.key, value: copyOut(item.value), version: item.version };
 }
 
 /** Merges sorted `added` (no key already in `into`) into sorted `into`, in place, from the back. */

@@ -15,6 +15,12 @@ import { StrataError } from "../core/errors.js";
 /** Made on the first package load: creating it costs a root import that loads no engine a millisecond or two. */
 let require: NodeJS.Require | undefined;
 
+/** Node's require, made on first use (the engine packages, lazily loaded built-ins). */
+export function nodeRequire(): NodeJS.Require {
+  return (require ??= createRequire(import.meta.url));
+}
+
+
 /**
  * A function that returns package `name`, loading it on its first call. A
  * package that is not installed fails with `unavailable` (like a missing
@@ -26,8 +32,7 @@ export function optionalPackage<T>(name: string, user: string): () => T {
   return () => {
     if (loaded === undefined) {
       try {
-        require ??= createRequire(import.meta.url);
-        loaded = require(name) as T;
+        loaded = nodeRequire()(name) as T;
       } catch (error) {
         throw loadError(name, user, error);
       }

@@ -1,4 +1,3 @@
-import { createHash } from "node:crypto";
 import type * as IoRedis from "ioredis";
 import type { Redis } from "ioredis";
 import { errors, StrataError } from "../core/errors.js";
@@ -32,6 +31,7 @@ import {
   type StoreQuotaOptions,
 } from "./store.js";
 import { optionalPackage } from "./optional-package.js";
+import { nodeCrypto } from "./lazy-builtins.js";
 
 /** The ioredis package, loaded by the first RedisStore given a url (an optional peer dependency; a store given a client needs none). */
 const ioredis = optionalPackage<typeof IoRedis>("ioredis", "RedisStore");
@@ -545,7 +545,7 @@ function script(lua: string): Script {
   return {
     lua,
     get sha() {
-      return (sha ??= createHash("sha1").update(lua).digest("hex"));
+      return (sha ??= nodeCrypto().createHash("sha1").update(lua).digest("hex"));
     },
   };
 }

@@ -66,6 +66,8 @@ const TRIGRAM = 3;
 const SMALL_SCOPE = 4096;
 /** Candidate rows read per query while searching. */
 const SEARCH_CHUNK = 256;
+/** Queued rows at which a write re-indexes the queue: one FTS5 segment per this many changes rather than one per write. */
+const PENDING_LIMIT = 256;
 
 /**
  * The whole schema, as a new database gets it (the current layout; see
@@ -73,10 +75,11 @@ const SEARCH_CHUNK = 256;
  * parent directory indexed, so a listing reads only that directory's rows.
  * `strata_dirs` counts the files under each directory (maintained on put and
  * delete), so child directories come from an index too, never from a scan of
- * the subtree. Text is indexed by an FTS5 trigram table for grep; binary
- * (base64) rows are not indexed. Records are laid out as in records.ts (shared
- * with PostgreSQL and Redis): `content` is the searchable text, `original` the
- * exact content as JSON when UTF-8 cannot hold it (and a v1 record's lines).
+ * the subtree. Text is indexed by an FTS5 trigram table for grep, kept up
+ * to date in batches (TEXT_QUEUE); binary (base64) rows are not indexed.
+ * Records are laid out as in records.ts (shared with PostgreSQL and Redis):
+ * `content` is the searchable text, `original` the exact content as JSON
+ * when UTF-8 cannot hold it (and a v1 record's lines).
  */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS strata_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -108,15 +111,28 @@ CREATE INDEX IF NOT EXISTS strata_dirs_parent ON strata_dirs (ns, parent, path);
 CREATE VIRTUAL TABLE IF NOT EXISTS strata_text USING fts5(
   content, content='', contentless_delete=1, tokenize='trigram case_sensitive 1'
 );
+`;
+
+/**
+ * The trigram index is brought up to date in batches: FTS5 writes a segment
+ * at every commit that touched it, which was most of a small write's cost.
+ * A change to a file row only queues the row's id in `strata_pending` (same
+ * transaction, a trigger); a write that leaves PENDING_LIMIT or more queued
+ * re-indexes them all in its own transaction (see indexPending). So a queued
+ * id's index entry may be missing or stale (old text, or a deleted row whose
+ * id a new row took), and an id not queued has an exact entry: search takes
+ * index candidates only for ids not queued, and scans the queued rows.
+ */
+const TEXT_QUEUE = `
+CREATE TABLE IF NOT EXISTS strata_pending (id INTEGER PRIMARY KEY);
 CREATE TRIGGER IF NOT EXISTS strata_files_insert AFTER INSERT ON strata_files WHEN new.encoding <> 'base64' BEGIN
-  INSERT INTO strata_text (rowid, content) VALUES (new.id, new.content);
+  INSERT OR IGNORE INTO strata_pending (id) VALUES (new.id);
 END;
 CREATE TRIGGER IF NOT EXISTS strata_files_delete AFTER DELETE ON strata_files WHEN old.encoding <> 'base64' BEGIN
-  DELETE FROM strata_text WHERE rowid = old.id;
+  INSERT OR IGNORE INTO strata_pending (id) VALUES (old.id);
 END;
 CREATE TRIGGER IF NOT EXISTS strata_files_update AFTER UPDATE OF content, encoding ON strata_files BEGIN
-  DELETE FROM strata_text WHERE rowid = old.id;
-  INSERT INTO strata_text (rowid, content) SELECT new.id, new.content WHERE new.encoding <> 'base64';
+  INSERT OR IGNORE INTO strata_pending (id) VALUES (old.id);
 END;
 `;
 
@@ -176,6 +192,9 @@ const MIGRATIONS: readonly string[] = [
   "DELETE FROM strata_meta WHERE name = 'schema';",
   // 1 -> 2: snapshots (history of changed rows, recorded snapshots); existing rows are untouched.
   HISTORY,
+  // 2 -> 3: the trigram index is updated in batches; it is exact for every row now, so the queue starts empty.
+  "DROP TRIGGER IF EXISTS strata_files_insert; DROP TRIGGER IF EXISTS strata_files_delete; DROP TRIGGER IF EXISTS strata_files_update;" +
+    TEXT_QUEUE,
 ];
 
 /** The layout this code writes and reads. */
@@ -214,8 +233,19 @@ const SQL = {
   dropEmptyDir: "DELETE FROM strata_dirs WHERE ns = ? AND path = ? AND files <= 0",
   dropDirTree: "DELETE FROM strata_dirs WHERE ns = @ns AND (path = @dir OR (path >= @lo AND path < @hi))",
   // CROSS JOIN makes the trigram index the outer loop; otherwise the planner may walk the key range and probe FTS per row.
+  // One statement, so the index and the queue are read at one point in time, whatever other connections merge meanwhile.
   searchIndexed: `SELECT f.id FROM strata_text t CROSS JOIN strata_files f ON f.id = t.rowid
-    WHERE strata_text MATCH @phrase AND f.ns = @ns AND f.key >= @lo AND f.key < @hi`,
+      WHERE strata_text MATCH @phrase AND f.ns = @ns AND f.key >= @lo AND f.key < @hi
+        AND f.id NOT IN (SELECT id FROM strata_pending)
+    UNION ALL
+    SELECT f.id FROM strata_pending p CROSS JOIN strata_files f ON f.id = p.id
+      WHERE f.ns = @ns AND f.key >= @lo AND f.key < @hi AND f.encoding <> 'base64' AND instr(f.content, @substring) > 0`,
+  pendingCount: "SELECT count(*) FROM strata_pending",
+  pendingIds: "SELECT id FROM strata_pending",
+  unindex: "DELETE FROM strata_text WHERE rowid = ?",
+  indexPending: `INSERT INTO strata_text (rowid, content)
+    SELECT f.id, f.content FROM strata_pending p CROSS JOIN strata_files f ON f.id = p.id WHERE f.encoding <> 'base64'`,
+  clearPending: "DELETE FROM strata_pending",
   scopeSize: "SELECT count(*) FROM (SELECT 1 FROM strata_files WHERE ns = @ns AND key >= @lo AND key < @hi LIMIT @cap)",
   searchScan: `SELECT id FROM strata_files
     WHERE ns = @ns AND key >= @lo AND key < @hi AND encoding <> 'base64' AND instr(content, @substring) > 0`,
@@ -311,6 +341,7 @@ export class SqliteStore implements Store, SnapshotStore {
           const added = new Map<string, number>();
           const version = this.putOne(ns, key, record, options.expectedVersion, this.reserveVersions(1), added, checkTree);
           this.addToDirs(ns, added);
+          this.indexPending();
           return version;
         })
         .immediate();
@@ -341,6 +372,7 @@ export class SqliteStore implements Store, SnapshotStore {
           const added = new Map<string, number>();
           const versions = entries.map(([key], i) => this.putOne(ns, key, records[i]!, undefined, first + i, added, checkTree));
           this.addToDirs(ns, added);
+          this.indexPending();
           return versions;
         })
         .immediate();
@@ -363,6 +395,7 @@ export class SqliteStore implements Store, SnapshotStore {
           if (!row || ns === undefined) return false;
           this.sql.deleteById.run(row.id);
           this.removeFromDirs(ns, key, 1);
+          this.indexPending();
           return true;
         })
         .immediate();
@@ -382,6 +415,7 @@ export class SqliteStore implements Store, SnapshotStore {
           this.sql.deleteTree.run(range);
           this.sql.dropDirTree.run({ ns, dir, lo: range.lo, hi: range.hi });
           this.removeFromDirs(ns, dir, keys.length);
+          this.indexPending();
           return keys;
         })
         .immediate();
@@ -417,7 +451,8 @@ export class SqliteStore implements Store, SnapshotStore {
 
   /**
    * Candidates from the trigram index (patterns of 3+ characters over a
-   * large scope), else from a scan of the prefix with `instr`. Ids are collected first and rows read
+   * large scope) plus the queued rows that hold the pattern, else from a scan
+   * of the prefix with `instr`. Ids are collected first and rows read
    * in chunks, so no statement stays open while the caller awaits.
    */
   async *search(namespace: Namespace, substring: string, prefix: string): AsyncIterable<StoredItem> {
@@ -431,7 +466,7 @@ export class SqliteStore implements Store, SnapshotStore {
       const small = (this.sql.scopeSize.pluck().get({ ns, lo, hi, cap: SMALL_SCOPE }) as number) < SMALL_SCOPE;
       if (!small && [...needle].length >= TRIGRAM) {
         const phrase = `"${needle.replace(/"/g, '""')}"`;
-        return this.sql.searchIndexed.pluck().all({ ns, lo, hi, phrase }) as number[];
+        return this.sql.searchIndexed.pluck().all({ ns, lo, hi, phrase, substring: needle }) as number[];
       }
       return this.sql.searchScan.pluck().all({ ns, lo, hi, substring: needle }) as number[];
     });
@@ -494,6 +529,7 @@ export class SqliteStore implements Store, SnapshotStore {
             this.addToDirs(ns!, added);
             changed += puts.length;
           }
+          this.indexPending();
           return { snapshot: id, changed };
         })
         .immediate(),
@@ -599,6 +635,18 @@ export class SqliteStore implements Store, SnapshotStore {
     return toEngineRecord(checkEngineKey(key), value, this.maxValueSize);
   }
 
+  /**
+   * Inside a write's transaction: once PENDING_LIMIT rows are queued,
+   * replaces each queued id's index entry with its row's current text (none
+   * for a deleted or binary row) and empties the queue, as one FTS5 segment.
+   */
+  private indexPending(): void {
+    if ((this.sql.pendingCount.pluck().get() as number) < PENDING_LIMIT) return;
+    for (const id of this.sql.pendingIds.pluck().all() as number[]) this.sql.unindex.run(id);
+    this.sql.indexPending.run();
+    this.sql.clearPending.run();
+  }
+
   /** Versions only grow, across every namespace, so a deleted and recreated key never repeats one. */
   private reserveVersions(count: number): number {
     return this.sql.reserveVersions.pluck().get(count) as number;
@@ -653,7 +701,7 @@ function openLayout(db: Database.Database): void {
     if (version > SCHEMA_VERSION || version < 0) throw newerLayout("SQLite", version, SCHEMA_VERSION);
     if (version === SCHEMA_VERSION) return;
     const fresh = version === 0 && db.prepare("SELECT 1 FROM sqlite_master WHERE name = 'strata_files'").get() === undefined;
-    db.exec(fresh ? SCHEMA + HISTORY : MIGRATIONS.slice(version).join("\n"));
+    db.exec(fresh ? SCHEMA + HISTORY + TEXT_QUEUE : MIGRATIONS.slice(version).join("\n"));
     db.pragma(`user_version = ${SCHEMA_VERSION}`);
   }).immediate();
 }

@@ -1,5 +1,5 @@
-import { build } from "esbuild";
 import fc from "fast-check";
+import picomatch from "picomatch";
 import { describe, expect, it } from "vitest";
 import {
   applyEdit,
@@ -17,6 +17,7 @@ import {
 } from "../core/index.js";
 import { decodeBase64, encodeBase64 } from "../core/filedata.js";
 import { literalPrefix } from "../core/glob.js";
+import { browserBundleInputs } from "./support/browser-bundle.js";
 
 describe("normalizePath", () => {
   it("is idempotent and always absolute", () => {
@@ -119,6 +120,25 @@ describe("glob", () => {
     const m = compileGlob("/etc/*", "/home");
     expect(m("/etc/passwd")).toBe(false);
   });
+
+  it("answers `**/X` by the name alone (byName too) exactly as picomatch answers the path relative to the search path", () => {
+    const options = { dot: true, noextglob: true, nonegate: true, strictSlashes: true, flags: "s" } as const;
+    const name = fc.constantFrom("a.ts", ".a.ts", "b", "ab.js", ".", "x.ts.bak", "é.ts", "a b.ts", "[a].ts", "**", ".ts", "x.d.ts", ".d.ts", "a..ts", "a.TS");
+    const tail = fc.constantFrom("*.ts", "*", "?", ".*", "a*", "[ab]*", "{a,b}*", "*.{ts,js}", "**", "a\\*", "*.ts*", "*.d.ts", "*..ts", "*.d-x_1");
+    fc.assert(
+      fc.property(fc.array(name, { minLength: 0, maxLength: 4 }), fc.integer({ min: 1, max: 3 }), tail, fc.constantFrom("/", "/src"), (segments, stars, x, searchPath) => {
+        const body = `${"**/".repeat(stars)}${x}`;
+        const path = segments.length === 0 ? searchPath : `${searchPath === "/" ? "" : searchPath}/${segments.join("/")}`;
+        if (segments.includes(".")) return; // not a normalised path
+        const relative = path === searchPath ? "" : path.slice(searchPath === "/" ? 1 : searchPath.length + 1);
+        const expected = relative !== "" && picomatch(body, options)(relative);
+        const matcher = compileGlob(body, searchPath);
+        expect(matcher(path), `${body} ${path}`).toBe(expected);
+        if (path !== matcher.root) expect(matcher.byName!(path.slice(path.lastIndexOf("/") + 1)), `byName ${body} ${path}`).toBe(expected);
+      }),
+      { numRuns: 2000 },
+    );
+  });
 });
 
 describe("file data", () => {
@@ -140,20 +160,9 @@ describe("file data", () => {
 
 describe("browser build", () => {
   it("bundles core and the in-memory backends for a browser with no Node built-ins", async () => {
-    const result = await build({
-      stdin: {
-        contents: 'export * from "./core/index.ts"; export * from "./backends/state.ts"; export * from "./backends/composite.ts"; export * from "./stores/memory.ts";',
-        resolveDir: process.cwd(),
-        loader: "ts",
-      },
-      bundle: true,
-      platform: "browser",
-      format: "esm",
-      write: false,
-      logLevel: "silent",
-    });
-    expect(result.errors).toEqual([]);
-    const code = result.outputFiles[0]!.text;
-    expect(code).not.toMatch(/from\s+["'](node:|fs|path|os|child_process)["']/);
+    const inputs = await browserBundleInputs(process.cwd(), ["core/index.ts", "backends/state.ts", "backends/composite.ts", "stores/memory.ts"], "ts");
+    // glob and diff work in the bundle: their packages are in it, not loaded at run time.
+    expect(inputs.some((input) => input.includes("node_modules/picomatch/"))).toBe(true);
+    expect(inputs.some((input) => input.includes("node_modules/diff/"))).toBe(true);
   });
 });

@@ -5,9 +5,10 @@ import os from "node:os";
 import path from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { FilesystemBackend } from "../backends/filesystem.js";
-import { borrowWorkingDirectory } from "../backends/safe-fs.js";
+import { borrowWorkingDirectory, openDirPath, walkFiles } from "../backends/safe-fs.js";
 import { StateBackend } from "../backends/state.js";
 import { isStrataError } from "../core/errors.js";
+import { fileDataBytes } from "../core/filedata.js";
 import { formatRead } from "../core/format.js";
 import { toSeedProtocol, type BackendProtocol } from "../core/seed.js";
 import type { GrepMatch } from "../core/types.js";
@@ -56,6 +57,85 @@ describe("FilesystemBackend options", () => {
     expect(backend.workspace).toBe(path.resolve(root));
     expect(() => new FilesystemBackend({} as never)).toThrow(expect.objectContaining({ code: "invalid_argument" }));
     expect(() => new FilesystemBackend({ rootDir: root } as never)).toThrow(/workspace/);
+  });
+});
+
+describe("listing order", () => {
+  it("ls answers paths in code-unit order, a directory's trailing '/' included, with and without sizes", async () => {
+    // readdir answers names sorted ("a" < "a-b" < "a.txt" < "a0"), but a directory's '/' sorts after '-' and '.'.
+    await fs.mkdir(path.join(root, "d", "a"), { recursive: true });
+    await fs.mkdir(path.join(root, "d", "a0"));
+    await fs.writeFile(path.join(root, "d", "a-b"), "x");
+    await fs.writeFile(path.join(root, "d", "a.txt"), "x");
+    await fs.writeFile(path.join(root, "d", "b"), "x");
+    const expected = ["/d/a-b", "/d/a.txt", "/d/a/", "/d/a0/", "/d/b"];
+    expect((await backend.ls("/d")).entries!.map((e) => e.path)).toEqual(expected);
+    expect((await backend.ls("/d", { sizes: false })).entries!.map((e) => e.path)).toEqual(expected);
+    // Names readdir already orders as their paths: kept in that order.
+    for (let i = 0; i < 30; i++) await fs.writeFile(path.join(root, "d", `f${String(i).padStart(2, "0")}`), "x");
+    const paths = (await backend.ls("/d", { sizes: false })).entries!.map((e) => e.path);
+    expect(paths).toEqual([...paths].sort());
+    expect(paths).toHaveLength(35);
+  });
+});
+
+describe("listings kept while their directory is unchanged", () => {
+  const pause = () => new Promise((resolve) => setTimeout(resolve, 25));
+  const kinds = async (dir: string) => (await backend.ls(dir, { sizes: false })).entries!.map((e) => `${e.path} ${e.is_dir ? "dir" : "file"}`);
+  const truth = async (dir: string) => (await backend.ls(dir)).entries!.map((e) => `${e.path} ${e.is_dir ? "dir" : "file"}`);
+
+  it("a kept listing is answered again only while nothing in its directory changed: every create, delete, rename or change of kind shows", async () => {
+    const dir = path.join(root, "many");
+    await fs.mkdir(dir);
+    for (let i = 0; i < 50; i++) await fs.writeFile(path.join(dir, `f${i}.txt`), "x");
+    await pause();
+    // Every directory looks settled to the backend: its clock runs a minute ahead.
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(Date.now() + 60_000);
+    try {
+      const changes: Array<() => Promise<unknown>> = [
+        () => fs.writeFile(path.join(dir, "new.txt"), "x"),
+        () => fs.unlink(path.join(dir, "f3.txt")),
+        () => fs.rename(path.join(dir, "f4.txt"), path.join(dir, "g4.txt")),
+        () => fs.unlink(path.join(dir, "f5.txt")).then(() => fs.mkdir(path.join(dir, "f5.txt"))),
+        () => fs.rename(path.join(dir, "f6.txt"), path.join(root, "moved-out.txt")),
+        () => backend.write("/many/through-the-backend.txt", "x"),
+        () => backend.delete("/many/f7.txt"),
+      ];
+      for (const change of changes) {
+        expect(await kinds("/many")).toEqual(await truth("/many"));
+        expect(await kinds("/many")).toEqual(await truth("/many"));
+        await change();
+        await pause();
+      }
+      expect(await kinds("/many")).toEqual(await truth("/many"));
+      expect(await kinds("/many")).toContain("/many/f5.txt/ dir");
+      // What a caller does with its answer is its own.
+      const given = (await backend.ls("/many", { sizes: false })).entries!;
+      given[0]!.path = "/changed";
+      given.length = 1;
+      expect(await kinds("/many")).toEqual(await truth("/many"));
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("a directory replaced by another at the same path is listed afresh", async () => {
+    await fs.mkdir(path.join(root, "swap"));
+    await fs.writeFile(path.join(root, "swap", "old.txt"), "x");
+    await fs.mkdir(path.join(root, "other"));
+    await fs.writeFile(path.join(root, "other", "new.txt"), "x");
+    await pause();
+    vi.useFakeTimers({ toFake: ["Date"] });
+    vi.setSystemTime(Date.now() + 60_000);
+    try {
+      expect(await kinds("/swap")).toEqual(["/swap/old.txt file"]);
+      await fs.rename(path.join(root, "swap"), path.join(root, "gone"));
+      await fs.rename(path.join(root, "other"), path.join(root, "swap"));
+      expect(await kinds("/swap")).toEqual(["/swap/new.txt file"]);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 
@@ -144,6 +224,20 @@ describe("symlinks are never followed", () => {
     expect((await backend.ls("/", { sizes: false })).entries!.find((e) => e.path === "/etc")?.is_dir).toBe(false); // a link, not what it names
     expect((await backend.ls("/out/sub", { sizes: false })).error?.code).toBe("permission_denied");
     expect((await backend.ls("/", { sizes: "no" as unknown as boolean })).error?.code).toBe("invalid_argument");
+  });
+
+  it("glob with sizes: false answers the same paths from directory entries alone (no size, no time); links are not matched or followed; secrets stay hidden", async () => {
+    await fs.writeFile(path.join(root, "real", ".env"), "KEY=1");
+    await fs.mkdir(path.join(root, "real", "sub"));
+    await fs.writeFile(path.join(root, "real", "sub", "two.txt"), "two\n");
+    for (const [pattern, includeDirectories] of [["**", false], ["**", true], ["*.txt", false]] as const) {
+      const full = (await backend.glob(pattern, { includeDirectories })).entries!;
+      const lean = (await backend.glob(pattern, { includeDirectories, sizes: false })).entries!;
+      expect(lean, `${pattern} ${includeDirectories}`).toEqual(full.map((e) => ({ path: e.path, is_dir: e.is_dir })));
+    }
+    const lean = (await backend.glob("**", { includeDirectories: true, sizes: false })).entries!.map((e) => e.path);
+    expect(lean).toEqual(["/real/", "/real/inside.txt", "/real/sub/", "/real/sub/two.txt"]);
+    expect((await backend.glob("**", { path: "/out", sizes: false })).entries ?? []).toEqual([]);
   });
 
   it("cannot write, upload or delete through a symlink; writing over a link is refused; deleting a link removes only the link", async () => {
@@ -277,6 +371,20 @@ describe("races", () => {
   });
 });
 
+describe("an edit's content", () => {
+  it("is the text the file holds after the edit, or absent: never text the file cannot hold (a lone surrogate is written as U+FFFD)", async () => {
+    for (const [i, newString] of ["B", "\ud800", "\udc00x", "\u{1F600}"].entries()) {
+      const file = path.join(root, `e${i}.txt`);
+      await fs.writeFile(file, "abc\n");
+      const edited = await backend.edit(`/e${i}.txt`, "b", newString);
+      expect(edited.error).toBeUndefined();
+      const disk = await fs.readFile(file, "utf8");
+      if (edited.content !== undefined) expect(edited.content, JSON.stringify(newString)).toBe(disk);
+      else expect(disk, JSON.stringify(newString)).toContain("\uFFFD");
+    }
+  });
+});
+
 describe("atomic writes", () => {
   it("concurrent creators of one path: exactly one wins, the file holds its content", async () => {
     const results = await Promise.all(Array.from({ length: 20 }, (_, i) => seed.write("/race.txt", `writer ${i}`)));
@@ -352,6 +460,31 @@ describe("atomic writes", () => {
     await seed.write("/script.sh", "echo three\n", { overwrite: true });
     expect((await fs.stat(path.join(root, "script.sh"))).mode & 0o777).toBe(0o750);
     expect(await fs.readFile(path.join(root, "script.sh"), "utf8")).toBe("echo three\n");
+  });
+
+  it("an edit keeps permission bits the umask would strip, and read-only ones (the new file is created with the mode, chmodded only when it differs)", async () => {
+    for (const mode of [0o666, 0o777, 0o444, 0o600, 0o640]) {
+      await seed.write("/moded.txt", "alpha\n", { overwrite: true });
+      await fs.chmod(path.join(root, "moded.txt"), mode);
+      expect((await seed.edit("/moded.txt", "alpha", "beta")).occurrences, `mode ${mode.toString(8)}`).toBe(1);
+      expect((await fs.stat(path.join(root, "moded.txt"))).mode & 0o777, `mode ${mode.toString(8)}`).toBe(mode);
+      expect(await fs.readFile(path.join(root, "moded.txt"), "utf8")).toBe("beta\n");
+      await fs.chmod(path.join(root, "moded.txt"), 0o644);
+    }
+    expect((await fs.readdir(root)).filter((name) => name.startsWith(".strata-"))).toEqual([]);
+  });
+
+  it("reads a file whole whatever its size, an empty one included", async () => {
+    for (const size of [0, 1, 4095, 4096, 65_537, 1024 * 1024]) {
+      const text = "x".repeat(size);
+      await seed.write("/sized.txt", text, { overwrite: true });
+      const read = await backend.readRaw("/sized.txt");
+      if (read.error) throw new Error(read.error.message);
+      expect(new TextDecoder().decode(fileDataBytes(read.data)), `size ${size}`).toBe(text);
+      const downloaded = await backend.downloadFiles(["/sized.txt"]);
+      if (downloaded.error) throw new Error(downloaded.error.message);
+      expect(downloaded.files[0]?.content?.length, `size ${size}`).toBe(size);
+    }
   });
 });
 
@@ -487,6 +620,11 @@ describe("grep: ripgrep and the JS engine agree", () => {
       ["/app/[...slug].tsx", bytes("// needle")],
       ["/-rf", bytes("needle -rf")],
       ["/new\nline.txt", bytes("needle in a newline name")],
+      // rg prints one path a line: names whose newline is followed by what looks like another path, or that end in one.
+      ["/nl\n./a.txt", bytes("needle behind a newline and ./")],
+      ["/a.txt\n", bytes("needle in a name ending in a newline")],
+      ["/dir\n./x/y.txt", bytes("needle under a directory with a newline")],
+      ["/e\n.", bytes("needle in a name ending in a newline and a dot")],
       [`/${Array.from({ length: 30 }, (_, i) => `d${i}`).join("/")}/leaf.ts`, bytes("deep needle")],
       ["/empty.txt", new Uint8Array()],
       ["/cr-only.txt", bytes("needle\rstill one line\rneedle")],
@@ -561,6 +699,49 @@ describe("glob", () => {
     ]);
     expect(found[0]!.modified_at).toMatch(/^\d{4}-\d\d-\d\dT/);
     expect((await seed.globInfo("src/lib/*")).map((f) => f.path)).toEqual(["/src/lib/b.ts"]);
+  });
+
+  it("finds every file of a wide, deep tree (directories read ahead on the thread pool), in order, with no descriptor left open", async () => {
+    const expected: string[] = [];
+    for (let d = 0; d < 60; d++) {
+      const dir = path.join(root, `d${d}`, ...(d % 3 === 0 ? ["x", "y", "z"] : []));
+      await fs.mkdir(dir, { recursive: true });
+      for (let f = 0; f < 3; f++) {
+        await fs.writeFile(path.join(dir, `f${f}.ts`), "x");
+        expected.push(`/${path.relative(root, path.join(dir, `f${f}.ts`))}`);
+      }
+      await fs.writeFile(path.join(dir, "skip.md"), "x");
+    }
+    await fs.mkdir(path.join(root, "empty", "dirs", "only"), { recursive: true });
+    const before = (await fs.readdir("/proc/self/fd")).length;
+    for (const sizes of [false, true]) {
+      const found = await backend.glob("**/*.ts", { sizes });
+      expect(found.entries?.map((f) => f.path)).toEqual([...expected].sort());
+    }
+    expect((await backend.glob("**/z", { includeDirectories: true, sizes: false })).entries?.length).toBe(20);
+    expect((await fs.readdir("/proc/self/fd")).length).toBe(before);
+  });
+
+  it("a walk left early (a callback throws) closes every descriptor it opened", async () => {
+    for (let d = 0; d < 80; d++) {
+      await fs.mkdir(path.join(root, `d${d}`, "sub"), { recursive: true });
+      await fs.writeFile(path.join(root, `d${d}`, "sub", "f.txt"), "x");
+    }
+    const before = (await fs.readdir("/proc/self/fd")).length;
+    const start = await openDirPath(root, []);
+    let seen = 0;
+    try {
+      await expect(
+        walkFiles(start, "/", {
+          file: () => {
+            if (++seen === 40) throw new Error("stop");
+          },
+        }),
+      ).rejects.toThrow("stop");
+    } finally {
+      await start.close();
+    }
+    expect((await fs.readdir("/proc/self/fd")).length).toBe(before);
   });
 });
 

@@ -34,6 +34,6 @@ for (const { name, make } of kinds) {
       await fs.rm(sandbox.overlay.workspace, { recursive: true, force: true });
     },
     close: (sandbox) => sandbox.close(),
-    capabilities: { execute: true, realDirectories: true },
+    capabilities: { execute: true, realDirectories: true, links: false },
   });
 }

@@ -8,6 +8,7 @@ import { StateBackend } from "../backends/state.js";
 import { PermissionPolicy, SECRETS_PRESET, readOnly, type PermissionRequest, type PermissionRule } from "../core/permissions.js";
 import type { Backend } from "../core/protocol.js";
 import { search } from "../core/search.js";
+import { BubblewrapSandbox } from "../sandboxes/bubblewrap.js";
 import { LocalSandbox } from "../sandboxes/local.js";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
@@ -24,6 +25,26 @@ async function seeded(files: Record<string, string>, rules: readonly PermissionR
   for (const [path, content] of Object.entries(files)) expect((await inner.write(path, content)).error).toBeUndefined();
   return { inner, backend: withPermissions(inner, { rules, ask: ask as never }) };
 }
+
+describe("PermissionPolicy.refusalNames", () => {
+  it("names what every refusing rule's match bears (its last segment), or nothing when a rule cannot be put so", () => {
+    const names = new PermissionPolicy([...SECRETS_PRESET]).refusalNames("delete")!;
+    expect(names).toContain(".env*");
+    expect(names).toContain("config");
+    expect(names).toContain("credentials");
+    expect(names).toContain(".ssh");
+    expect(new PermissionPolicy([...SECRETS_PRESET]).refusalNames("execute")).toEqual([]);
+    expect(new PermissionPolicy([{ action: "allow", paths: "**" }]).refusalNames("delete")).toEqual([]);
+    expect(new PermissionPolicy([{ action: "ask", operations: "delete", paths: "/a/*.log" }]).refusalNames("delete")).toEqual(["*.log"]);
+    expect(new PermissionPolicy([{ action: "deny", operations: "delete", paths: "?.txt" }]).refusalNames("delete")).toEqual(["*.txt"]);
+    for (const paths of ["/docs/**", "**", "*.{pem,key}", "[ab].txt", "a\\*"]) {
+      expect(new PermissionPolicy([{ action: "deny", operations: "delete", paths }]).refusalNames("delete")).toBeUndefined();
+    }
+    expect(new PermissionPolicy([{ action: "deny", operations: "delete" }]).refusalNames("delete")).toBeUndefined();
+    // A rule on a directory covers what lies under it: its name, met below the tree's root, is enough to fall back.
+    expect(new PermissionPolicy([readOnly("/docs")]).refusalNames("delete")).toEqual(["docs"]);
+  });
+});
 
 describe("PermissionPolicy", () => {
   it("deny > ask > allow among the rules that match; no rule allows", () => {
@@ -87,17 +108,42 @@ describe("PermissionPolicy", () => {
     }
   });
 
+  it("listingDenial answers whether check denies, for a listing's children and for any other path", () => {
+    const rules: PermissionRule[] = [
+      ...SECRETS_PRESET,
+      { action: "ask", operations: ["read", "write"], paths: ["/docs/**", "*.draft"] },
+      { action: "deny", operations: "read", paths: ["deep/**/hidden", "/locked/**", "x?z"] },
+      { action: "allow", paths: "**/keep" },
+    ];
+    const names = [".env", ".env.local", "env", "id_rsa", "key.pem", "pem", "xyz", "xz", "keep", "hidden", ".ssh", "config", "credentials", "a.draft", "file1.ts"];
+    const dirs = ["/", "/docs", "/deep/x", "/.ssh", "/home/.aws", "/p/.git", "/locked", "/locked/in", "/src/mod1"];
+    for (const operation of ["read", "write", "execute"] as const) {
+      for (const root of ["/", "/workspace"]) {
+        const policy = new PermissionPolicy(rules, root);
+        for (const dir of dirs) {
+          const denied = policy.listingDenial(operation, dir);
+          const children = names.flatMap((name) => [`${dir === "/" ? "" : dir}/${name}`, `${dir === "/" ? "" : dir}/${name}/`]);
+          // Not children: the directory itself (ls of a file lists the file), deeper paths, a sibling sharing the prefix.
+          const others = [dir, `${dir === "/" ? "" : dir}/.ssh/id`, `${dir === "/" ? "" : dir}/a/.env`, `${dir}x/.env`, "/.env", "/deep/y/hidden"];
+          for (const path of [...children, ...others]) {
+            expect(denied(path), `${operation} ${path} listing ${dir} (root ${root})`).toBe(policy.check(operation, path).action === "deny");
+          }
+        }
+      }
+    }
+  });
+
 describe("PermissionPolicy's literal gate", () => {
   it("answers the same verdicts as the patterns alone, regex characters in literals included", () => {
     const rules: PermissionRule[] = [
       ...SECRETS_PRESET,
-      { action: "ask", operations: ["read", "write"], paths: ["*.draft", "a+b*", "$HOME*", "(x)*.txt", "**/.cfg/se.cret", "^x*", "m*m", "n*"] },
+      { action: "ask", operations: ["read", "write"], paths: ["*.draft", "a+b*", "$HOME*", "(x)*.txt", "**/.cfg/se.cret", "^x*", "m*m", "n*", "é*", "*ü", "😀*"] },
       { action: "ask", operations: "write", paths: "/docs/**" },
       { action: "deny", operations: "read", paths: ["deep/**/hidden", "*.p|q"] },
     ];
     // A pattern with neither a literal head nor a tail (and matching none of these names) leaves its rule ungated.
     const ungated = rules.map((rule) => ({ ...rule, paths: [...(typeof rule.paths === "string" ? [rule.paths] : (rule.paths ?? [])), "[q][q][q]"] }));
-    const names = [".env", "id_rsa.pub", "key.pem", "kEY.PEM", "a+b.ts", "aab", "$HOME.txt", "HOME", "(x)1.txt", "x1.txt", "se.cret", "seXcret", "^xy", "xy", "a.p|q", "a.pq", "hidden", "config", "plain.ts", "m", "mm", "mam", "ma", "n", "n\nm"];
+    const names = [".env", "id_rsa.pub", "key.pem", "kEY.PEM", "a+b.ts", "aab", "$HOME.txt", "HOME", "(x)1.txt", "x1.txt", "se.cret", "seXcret", "^xy", "xy", "a.p|q", "a.pq", "hidden", "config", "plain.ts", "m", "mm", "mam", "ma", "n", "n\nm", "éclair", "eclair", "menü", "menu", "😀.txt", "😁.txt", "ü"];
     const dirs = ["", "/docs", "/deep/x", "/.cfg", "/home/.aws", "/p/.git", "/src"];
     for (const root of ["/", "/workspace"]) {
       const gated = new PermissionPolicy(rules, root);
@@ -116,6 +162,11 @@ describe("PermissionPolicy's literal gate", () => {
     expect(new PermissionPolicy(rules).check("read", "/a+b.ts").action).toBe("ask");
     expect(new PermissionPolicy(rules).check("read", "/x/.cfg/se.cret").action).toBe("ask");
     expect(new PermissionPolicy(rules).check("read", "/x/.cfg/seXcret").action).toBe("allow");
+    // Heads and tails outside ASCII pass the gate as ASCII ones do.
+    expect(new PermissionPolicy(rules).check("read", "/d/éclair").action).toBe("ask");
+    expect(new PermissionPolicy(rules).check("read", "/d/menü").action).toBe("ask");
+    expect(new PermissionPolicy(rules).check("read", "/d/😀.txt").action).toBe("ask");
+    expect(new PermissionPolicy(rules).check("read", "/d/😁.txt").action).toBe("allow");
   });
 });
 
@@ -334,6 +385,104 @@ describe("withPermissions", () => {
     } finally {
       await guardedByOption.close();
       await wrapped.close();
+    }
+  });
+});
+
+describe("an ask rule on delete", () => {
+  it("is asked once for a file and once per entry for a directory, direct or under another wrapper, on disk and in a LocalSandbox", async () => {
+    const asked: string[] = [];
+    const ask = (request: PermissionRequest) => (asked.push(request.path), true);
+    const rules: PermissionRule[] = [{ action: "ask", operations: "delete" }];
+    const workspace = tempDir();
+    const disk = new FilesystemBackend({ workspace, permissions: { rules, ask } });
+    const sandbox = new LocalSandbox({ workspace: tempDir(), permissions: { rules, ask } });
+    try {
+      for (const inner of [disk, sandbox] as Backend[]) {
+        for (const backend of [inner, withPermissions(inner, { rules: [{ action: "deny", operations: "delete", paths: "/keep/**" }] })]) {
+          for (const path of ["/a.txt", "/d/x.txt", "/d/y.txt"]) expect((await inner.write(path, "x")).error).toBeUndefined();
+          asked.length = 0;
+          expect((await backend.delete("/a.txt")).error).toBeUndefined();
+          expect(asked).toEqual(["/a.txt"]);
+          asked.length = 0;
+          expect((await backend.delete("/d")).error).toBeUndefined();
+          expect(asked.sort()).toEqual(["/d", "/d/x.txt", "/d/y.txt"]);
+        }
+      }
+    } finally {
+      await sandbox.close();
+    }
+  });
+});
+
+describe("an edit of a file the caller may change but not read", () => {
+  it("answers no content: the edited text is a read the rules deny", async () => {
+    const dir = tempDir();
+    writeFileSync(join(dir, "log.txt"), "public line\nhidden line\n");
+    const backend = new FilesystemBackend({ workspace: dir, permissions: { rules: [{ action: "deny", operations: "read", paths: "log.txt" }] } });
+    expect((await backend.read("/log.txt")).error?.code).toBe("permission_denied");
+    const edited = await backend.edit("/log.txt", "public", "PUBLIC");
+    expect(edited.error).toBeUndefined();
+    expect(edited.content).toBeUndefined();
+    expect(readFileSync(join(dir, "log.txt"), "utf8")).toBe("PUBLIC line\nhidden line\n");
+    // Where the rules let the caller read it, the content is answered as before.
+    const open = new FilesystemBackend({ workspace: dir, permissions: { rules: [{ action: "deny", operations: "read", paths: "other.txt" }] } });
+    expect((await open.edit("/log.txt", "PUBLIC", "public")).content).toBe("public line\nhidden line\n");
+  });
+});
+
+describe("a read-only rule and a link to what it protects", () => {
+  it("holds on a sandbox whose file operations run in its shell: no change passes through the link", async () => {
+    const sandbox = new BubblewrapSandbox({ workspace: tempDir(), permissions: { rules: [readOnly("/workspace/kept/**")] } });
+    try {
+      expect((await sandbox.execute("mkdir kept && echo old > kept/f && ln -s kept via")).exitCode).toBe(0);
+      expect((await sandbox.write("/workspace/kept/f", "new", { overwrite: true })).error?.code).toBe("permission_denied");
+      for (const path of ["/workspace/via/f", "/workspace/via/g"]) expect((await sandbox.write(path, "new", { overwrite: true })).error?.code).toBe("permission_denied");
+      expect((await sandbox.edit("/workspace/via/f", "old", "new")).error?.code).toBe("permission_denied");
+      expect((await sandbox.delete("/workspace/via/f")).error?.code).toBe("permission_denied");
+      expect((await sandbox.read("/workspace/via/f")).content).toBe("old");
+      expect((await sandbox.execute("ls kept; cat kept/f")).output).toBe("f\nold\n");
+    } finally {
+      await sandbox.close();
+    }
+  });
+});
+
+describe("a read-deny rule and a link to what it protects", () => {
+  it("holds on a sandbox whose reads run in its shell: a read, grep, ls or glob by way of a link shows nothing the rule denies", async () => {
+    const dir = tempDir();
+    mkdirSync(join(dir, "private"));
+    writeFileSync(join(dir, "private", "data.txt"), "TOPSECRET\n");
+    const sandbox = new BubblewrapSandbox({ workspace: dir, permissions: { rules: [{ action: "deny", operations: "read", paths: "private/**" }] } });
+    try {
+      expect((await sandbox.read("/workspace/private/data.txt")).error?.code).toBe("permission_denied");
+      // The command itself cannot read it, by the link or otherwise.
+      expect((await sandbox.execute("ln -s private pub && ln -s private/data.txt direct.txt && cat pub/data.txt direct.txt")).output).not.toContain("TOPSECRET");
+      for (const path of ["/workspace/pub/data.txt", "/workspace/direct.txt"]) {
+        const read = await sandbox.read(path);
+        expect(JSON.stringify(read), path).not.toContain("TOPSECRET");
+        expect(read.error?.code, path).toBe("permission_denied");
+        expect(JSON.stringify(await sandbox.readRaw(path)), path).not.toContain("TOPSECRET");
+      }
+      // An edit reads first: by the link it would copy the text into a file the caller may read.
+      expect((await sandbox.edit("/workspace/direct.txt", "TOP", "top")).error?.code).toBe("permission_denied");
+      expect((await sandbox.execute("[ -L direct.txt ] && echo still a link")).output).toBe("still a link\n");
+      // grep follows a linked root as before, but shows nothing the rules deny where it leads.
+      expect((await sandbox.execute("mkdir -p shared && echo TOPSECRET shared > shared/s.txt && ln -s shared sh")).exitCode).toBe(0);
+      for (const root of ["/workspace/pub", "/workspace/direct.txt"]) expect(JSON.stringify(await sandbox.grep("TOPSECRET", { path: root })), root).not.toContain("TOPSECRET");
+      expect((await sandbox.grep("TOPSECRET", { path: "/workspace/sh" })).matches?.map((m) => m.path)).toEqual(["/workspace/sh/s.txt"]);
+      // ls and glob likewise: no name (or size) of what the rules deny, a linked directory they allow listed as before.
+      for (const root of ["/workspace/pub", "/workspace/direct.txt"]) {
+        expect(JSON.stringify(await sandbox.ls(root)), root).not.toContain("data.txt");
+        expect(JSON.stringify(await sandbox.glob("**", { path: root })), root).not.toContain("data.txt");
+      }
+      expect((await sandbox.ls("/workspace/sh")).entries?.map((e) => e.path)).toEqual(["/workspace/sh/s.txt"]);
+      expect((await sandbox.glob("**/*.txt", { path: "/workspace/sh" })).entries?.map((e) => e.path)).toEqual(["/workspace/sh/s.txt"]);
+      // A link to a file the rules let be read is followed as before.
+      expect((await sandbox.execute("echo open > open.txt && ln -s open.txt to-open.txt")).exitCode).toBe(0);
+      expect((await sandbox.read("/workspace/to-open.txt")).content).toBe("open");
+    } finally {
+      await sandbox.close();
     }
   });
 });

@@ -341,9 +341,13 @@ describe("BubblewrapSandbox's warm supervisor", () => {
     const native = sandbox({ maxProcesses: 48 });
     const s = toSeedProtocol(native);
     // Each shell forks two more, then blocks opening a FIFO nobody writes: the bomb holds the limit until the timeout.
+    // The command's own shell forks once, before the limit is reached, and then waits on the FIFO too: a fork it
+    // attempted at the limit would fail and end it early (status 2), which is not the timeout this test is about.
     const hold = `/tmp/hold-${randomUUID()}`;
-    const bomb = await s.execute(`mkfifo ${hold}; b() { b & b & read _ < ${hold}; }; b`, { timeout: 2 });
+    const bomb = await s.execute(`mkfifo ${hold}; b() { b & b & read _ < ${hold}; }; b & read _ < ${hold}`, { timeout: 2 });
     expect(bomb.exitCode).toBe(124);
+    // The bomb did reach the limit: forks failed.
+    expect(bomb.output).toMatch(/fork/i);
     let after = await s.execute("echo after");
     // The pids freed by the kill can take a moment to be reaped; the supervisor itself stays (or restarts).
     for (let attempt = 0; attempt < 20 && after.output !== "after\n"; attempt++) {

@@ -12,6 +12,7 @@ import { toSeedProtocol } from "../core/seed.js";
 import { SshSandbox, type SshSandboxOptions } from "../sandboxes/ssh.js";
 import { commandCases } from "./containment-cases.js";
 import { rejection, SshWorkspaces } from "./support/sandbox-services.js";
+import { abortAtEveryMoment } from "./support/aborts.js";
 
 const workspaces = new SshWorkspaces("ssh-test");
 const { root } = workspaces;
@@ -125,6 +126,13 @@ describe("SshSandbox execute", () => {
     const controller = new AbortController();
     setTimeout(() => controller.abort(new Error("stop it")), 300);
     await expect(sandbox.execute(`sleep ${marker}`, { signal: controller.signal })).rejects.toThrow("stop it");
+    expect(await remoteProcesses(native, marker)).toEqual([]);
+  });
+
+  it("an abort at any moment of a command's start leaves nothing of it running, later either", async () => {
+    const native = await fresh();
+    const marker = `83${Math.floor(Math.random() * 1e6)}`;
+    await abortAtEveryMoment(toSeedProtocol(native), marker, [0, 0, 2, 5, 10, 15, 20, 30, 45, 60]);
     expect(await remoteProcesses(native, marker)).toEqual([]);
   });
 

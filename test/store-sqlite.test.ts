@@ -49,6 +49,30 @@ function lines(child: ChildProcessWithoutNullStreams, onLine: (line: string) => 
   return { stderr: () => stderr };
 }
 
+/**
+ * Runs `script` in one Node process per argument list (each its own SQLite
+ * connection). Each prints "ready", then waits for "go" on stdin, sent once
+ * all are ready so they start together; every other line is a JSON report.
+ */
+async function runTogether<T>(script: string, argLists: string[][]): Promise<{ codes: Array<number | null>; reports: T[]; stderr: string }> {
+  const children = argLists.map((args) =>
+    spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script, ...args], { stdio: ["pipe", "pipe", "pipe"] }),
+  );
+  const reports: T[] = [];
+  let ready = 0;
+  const outputs = children.map((child) =>
+    lines(child, (line) => {
+      if (line === "ready") {
+        if (++ready === children.length) for (const c of children) c.stdin.end("go\n");
+      } else {
+        reports.push(JSON.parse(line) as T);
+      }
+    }),
+  );
+  const codes = (await Promise.all(children.map(exited))).map((c) => c.code);
+  return { codes, reports, stderr: outputs.map((o) => o.stderr()).join("\n") };
+}
+
 describe("SqliteStore", () => {
   it("leaves every file whole or absent when the writer is SIGKILLed mid-way", async () => {
     const path = freshPath();
@@ -483,20 +507,20 @@ describe("SqliteStore: schema version and migrations", () => {
   const layout = (path: string) => inspect(path, (raw) => raw.prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name").all());
   const meta = (path: string) => inspect(path, (raw) => raw.prepare("SELECT name, value FROM strata_meta ORDER BY name").all());
 
-  it("records version 2 in a new database", async () => {
+  it("records version 3 in a new database", async () => {
     const path = freshPath();
     const store = new SqliteStore({ path });
     await store.close();
-    expect(userVersion(path)).toBe(2);
+    expect(userVersion(path)).toBe(3);
     expect(meta(path)).toEqual([{ name: "version", value: 0 }]);
   });
 
-  it("migrates a version-0 database to version 2 (through 1), keeping every record readable and writable", async () => {
+  it("migrates a version-0 database to version 3 (through 1 and 2), keeping every record readable and writable", async () => {
     const path = writeV0();
     expect(userVersion(path)).toBe(0);
     const store = new SqliteStore({ path });
     try {
-      expect(userVersion(path)).toBe(2);
+      expect(userVersion(path)).toBe(3);
       // The migrated layout is exactly a new database's, and the version counter survived.
       const fresh = freshPath();
       await new SqliteStore({ path: fresh }).close();
@@ -556,14 +580,14 @@ describe("SqliteStore: schema version and migrations", () => {
       if (holder.inTransaction) holder.exec("ROLLBACK");
       holder.close();
     }
-    expect(userVersion(path)).toBe(2);
+    expect(userVersion(path)).toBe(3);
   });
 
   it("refuses a database written by a newer layout with unsupported, naming the versions, and leaves it alone", async () => {
     const path = writeV0();
     await new SqliteStore({ path }).close();
     const raw = new Database(path);
-    raw.pragma("user_version = 3");
+    raw.pragma("user_version = 4");
     raw.close();
     let error: unknown;
     try {
@@ -574,10 +598,10 @@ describe("SqliteStore: schema version and migrations", () => {
     expect(isStrataError(error, "unsupported")).toBe(true);
     const message = (error as Error).message;
     expect(message).toMatch(/newer Strata/);
-    expect(message).toMatch(/version 3\b/);
-    expect(message).toMatch(/up to 2\b/);
+    expect(message).toMatch(/version 4\b/);
+    expect(message).toMatch(/up to 3\b/);
     expect(message).not.toContain(dir);
-    expect(userVersion(path)).toBe(3);
+    expect(userVersion(path)).toBe(4);
     expect(inspect(path, (db) => db.prepare("SELECT count(*) AS n FROM strata_files").get())).toEqual({ n: 6 });
   });
 
@@ -597,26 +621,15 @@ describe("SqliteStore: schema version and migrations", () => {
       });
     `;
     const module = fileURLToPath(new URL("../stores/sqlite.ts", import.meta.url));
-    const children = Array.from({ length: 4 }, (_, i) =>
-      spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", opener, module, path, String(i)], { stdio: ["pipe", "pipe", "pipe"] }),
+    const { codes, reports, stderr } = await runTogether<{ version: number; keys: string[] }>(
+      opener,
+      Array.from({ length: 4 }, (_, i) => [module, path, String(i)]),
     );
-    const reports: Array<{ version: number; keys: string[] }> = [];
-    let ready = 0;
-    const outputs = children.map((child) =>
-      lines(child, (line) => {
-        if (line === "ready") {
-          if (++ready === children.length) for (const c of children) c.stdin.end("go\n");
-        } else {
-          reports.push(JSON.parse(line));
-        }
-      }),
-    );
-    const codes = await Promise.all(children.map(exited));
-    expect(codes.map((c) => c.code), outputs.map((o) => o.stderr()).join("\n")).toEqual([0, 0, 0, 0]);
+    expect(codes, stderr).toEqual([0, 0, 0, 0]);
     expect(reports).toHaveLength(4);
     expect(new Set(reports.map((r) => r.version)).size).toBe(4);
     for (const report of reports) expect(report.keys).toEqual(expect.arrayContaining(["/bin/blob", "/legacy.txt", "/notes/deep/x.txt", "/notes/today.md", "/nul.txt"]));
-    expect(userVersion(path)).toBe(2);
+    expect(userVersion(path)).toBe(3);
     const store = new SqliteStore({ path });
     try {
       for (const [ns, item] of V0_ITEMS) expect(await store.get(ns, item.key)).toEqual(item);
@@ -627,3 +640,236 @@ describe("SqliteStore: schema version and migrations", () => {
     }
   });
 });
+
+/** Keys of a search's answers, sorted. */
+async function searchKeys(store: SqliteStore, ns: string[], needle: string): Promise<string[]> {
+  return (await collect(store.search(ns, needle, "/"))).map((item) => item.key).sort();
+}
+
+/** Rows waiting to be indexed, and index hits for a phrase: read directly, to show which path answered. */
+const pendingRows = (store: SqliteStore) => store.client.prepare("SELECT count(*) FROM strata_pending").pluck().get() as number;
+const indexHits = (store: SqliteStore, text: string) =>
+  store.client.prepare("SELECT count(*) FROM strata_text WHERE strata_text MATCH ?").pluck().get(`"${text}"`) as number;
+
+describe("SqliteStore: the trigram index queue", () => {
+  it("greps exactly the current text right after each write, overwrite and delete, before and after the queue is indexed", async () => {
+    const store = new SqliteStore({ path: freshPath() });
+    const ns = ["queue"];
+    try {
+      // Enough rows that searches take the trigram index; a batch this large leaves the queue indexed.
+      await store.putMany(ns, Array.from({ length: 5000 }, (_, i) => [`/fill/${i}`, fileDataFromText(`filler ${i}.`)] as const));
+      expect(pendingRows(store)).toBe(0);
+      expect(indexHits(store, "filler 4999.")).toBe(1);
+      const idOf = (key: string) => store.client.prepare("SELECT id FROM strata_files WHERE key = ?").pluck().get(key) as number;
+
+      // An indexed row deleted, its id taken by a new row: the old text's index entry must not answer for the new row.
+      const lastId = idOf("/fill/4999");
+      await store.delete(ns, "/fill/4999");
+      await store.put(ns, "/reuse", fileDataFromText("delta-four"));
+      expect(idOf("/reuse")).toBe(lastId);
+      await store.put(ns, "/a", fileDataFromText("alpha-one"));
+      expect(await searchKeys(store, ns, "alpha-one")).toEqual(["/a"]);
+      expect(indexHits(store, "alpha-one")).toBe(0);
+      await store.put(ns, "/a", fileDataFromText("beta-two"));
+      await store.put(ns, "/fill/7", fileDataFromText("gamma-three"));
+      await store.delete(ns, "/fill/12");
+      await store.put(ns, "/fill/20", fileDataFromBytes(new Uint8Array([0xff, ...new TextEncoder().encode("filler 20.")])));
+      await store.put(ns, "/dir/g", fileDataFromText("epsilon-five"));
+      await store.deleteTree(ns, "/dir");
+      expect(pendingRows(store)).toBeGreaterThan(0);
+      // The stale entries are still in the index: the answers below come from the queue.
+      expect(indexHits(store, "filler 7.")).toBe(1);
+      expect(indexHits(store, "filler 4999.")).toBe(1);
+
+      const expectCurrent = async () => {
+        const answers: Record<string, string[]> = {
+          "alpha-one": [],
+          "beta-two": ["/a"],
+          "filler 7.": [],
+          "gamma-three": ["/fill/7"],
+          "filler 12.": [],
+          "filler 20.": [],
+          "filler 4999.": [],
+          "delta-four": ["/reuse"],
+          "epsilon-five": [],
+          "filler 21.": ["/fill/21"],
+        };
+        for (const [needle, keys] of Object.entries(answers)) expect(await searchKeys(store, ns, needle), needle).toEqual(keys);
+      };
+      await expectCurrent();
+
+      // Crossing the queue's limit (256 rows) indexes it in that write's transaction; the answers stay the same.
+      await store.putMany(ns, Array.from({ length: 1100 }, (_, i) => [`/more/${i}`, fileDataFromText(`more ${i}.`)] as const));
+      expect(pendingRows(store)).toBe(0);
+      expect(indexHits(store, "filler 7.")).toBe(0);
+      expect(indexHits(store, "gamma-three")).toBe(1);
+      expect(indexHits(store, "delta-four")).toBe(1);
+      await expectCurrent();
+      // One write at a time crosses the limit too.
+      for (let i = 0; i < 300; i++) await store.put(ns, `/one/${i}`, fileDataFromText(`one ${i}.`));
+      expect(pendingRows(store)).toBeLessThan(256);
+      expect(indexHits(store, "one 0.")).toBe(1);
+      expect(await searchKeys(store, ns, "one 299.")).toEqual(["/one/299"]);
+      expect(await searchKeys(store, ns, "one 3.")).toEqual(["/one/3"]);
+      await expectCurrent();
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("migrates a version-2 database (index kept by triggers) to version 3, keeping every record and grepping exactly", async () => {
+    const path = freshPath();
+    const raw = new Database(path);
+    raw.pragma("journal_mode = WAL");
+    raw.exec(SQLITE_V0_SCHEMA);
+    raw.exec("DELETE FROM strata_meta WHERE name = 'schema';");
+    raw.exec(SQLITE_V2_HISTORY);
+    raw.exec(SQLITE_V0_ROWS);
+    // Enough rows that searches take the trigram index, which the version-2 triggers filled.
+    raw.exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 4100)
+      INSERT INTO strata_files (ns, key, parent, content, encoding, original, created_at, modified_at, size, version)
+      SELECT 1, '/bulk/' || i, '/bulk', 'bulk row ' || i || '.', 'utf-8', NULL, 't', 't', length('bulk row ' || i || '.'), 6 + i FROM n;
+      INSERT INTO strata_dirs (ns, path, parent, files) VALUES (1, '/bulk', '/', 4100);
+      UPDATE strata_meta SET value = 4106 WHERE name = 'version';
+      INSERT INTO strata_snapshots (ns, seq) VALUES (1, 0);`);
+    raw.pragma("user_version = 2");
+    raw.close();
+
+    const store = new SqliteStore({ path });
+    try {
+      const fresh = freshPath();
+      await new SqliteStore({ path: fresh }).close();
+      const inspect = (db: string) => {
+        const reader = new Database(db, { readonly: true });
+        try {
+          return {
+            version: reader.pragma("user_version", { simple: true }),
+            layout: reader.prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name").all(),
+          };
+        } finally {
+          reader.close();
+        }
+      };
+      const migrated = inspect(path);
+      expect(migrated.version).toBe(3);
+      expect(migrated.layout).toEqual(inspect(fresh).layout);
+      expect(pendingRows(store)).toBe(0);
+
+      for (const [ns, item] of V0_ITEMS) expect(await store.get(ns, item.key)).toEqual(item);
+      expect(await store.get(["me"], "/bulk/4100")).toMatchObject({ value: { content: "bulk row 4100." }, version: 4106 });
+      expect((await store.list(["me"], { limit: 10_000 })).items).toHaveLength(4105);
+      expect(await searchKeys(store, ["me"], "needle")).toEqual(["/notes/today.md"]);
+      expect(await searchKeys(store, ["me"], "bulk row 4242.")).toEqual([]);
+      expect(await searchKeys(store, ["me"], "bulk row 4100.")).toEqual(["/bulk/4100"]);
+
+      // The index from before the migration serves, and writes after it are exact at once.
+      await store.put(["me"], "/bulk/4100", fileDataFromText("moved on"));
+      await store.delete(["me"], "/notes/today.md");
+      expect(await searchKeys(store, ["me"], "bulk row 4100.")).toEqual([]);
+      expect(await searchKeys(store, ["me"], "moved on")).toEqual(["/bulk/4100"]);
+      expect(await searchKeys(store, ["me"], "needle")).toEqual([]);
+      expect(await searchKeys(store, ["me"], "bulk row 4099.")).toEqual(["/bulk/4099"]);
+      // The snapshot taken before the migration still restores.
+      expect((await store.restore(["me"], "0")).changed).toBe(2);
+      expect(await searchKeys(store, ["me"], "needle")).toEqual(["/notes/today.md"]);
+      expect(await searchKeys(store, ["me"], "bulk row 4100.")).toEqual(["/bulk/4100"]);
+      expect(await searchKeys(store, ["me"], "moved on")).toEqual([]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("keeps grep exact while two processes write, overwrite and grep the same file at once", async () => {
+    const path = freshPath();
+    const setup = new SqliteStore({ path });
+    await setup.putMany(["shared"], Array.from({ length: 5000 }, (_, i) => [`/fill/${i}`, fileDataFromText(`filler ${i}.`)] as const));
+    await setup.close();
+    const count = 1500;
+    const writer = `
+      const { SqliteStore } = await import(process.argv[1]);
+      const [path, id, count] = process.argv.slice(2);
+      const store = new SqliteStore({ path });
+      const ns = ["shared"];
+      const text = (content) => ({ content, encoding: "utf-8", created_at: "t", modified_at: "t" });
+      const keys = async (needle) => {
+        const out = [];
+        for await (const item of store.search(ns, needle, "/")) out.push(item.key);
+        return out.sort().join(",");
+      };
+      process.stdout.write("ready\\n");
+      process.stdin.once("data", async () => {
+        const wrong = [];
+        for (let i = 0; i < Number(count); i++) {
+          await store.put(ns, "/w" + id + "/" + i, text("mark w" + id + "x" + i + "y"));
+          if (i > 0) await store.put(ns, "/w" + id + "/" + (i - 1), text("done w" + id + "x" + (i - 1) + "y"));
+          const now = await keys("mark w" + id + "x" + i + "y");
+          if (now !== "/w" + id + "/" + i) wrong.push([i, "now", now]);
+          if (i > 0) {
+            const old = await keys("mark w" + id + "x" + (i - 1) + "y");
+            if (old !== "") wrong.push([i, "old", old]);
+          }
+        }
+        await store.close();
+        process.stdout.write(JSON.stringify({ wrong: wrong.slice(0, 5) }) + "\\n");
+        process.exit(0);
+      });
+    `;
+    const module = fileURLToPath(new URL("../stores/sqlite.ts", import.meta.url));
+    const { codes, reports, stderr } = await runTogether<{ wrong: unknown[] }>(
+      writer,
+      [0, 1].map((id) => [module, path, String(id), String(count)]),
+    );
+    expect(codes, stderr).toEqual([0, 0]);
+    expect(reports).toEqual([{ wrong: [] }, { wrong: [] }]);
+
+    const store = new SqliteStore({ path });
+    try {
+      for (const id of [0, 1]) {
+        expect(await searchKeys(store, ["shared"], `mark w${id}x`)).toEqual([`/w${id}/${count - 1}`]);
+        expect(await searchKeys(store, ["shared"], `done w${id}x`)).toHaveLength(count - 1);
+        for (const i of [0, 1, 777, count - 2]) expect(await searchKeys(store, ["shared"], `done w${id}x${i}y`)).toEqual([`/w${id}/${i}`]);
+      }
+      expect(pendingRows(store)).toBeLessThan(256);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+/**
+ * The snapshot tables of version 2, copied from stores/sqlite.ts as it was
+ * then. FROZEN, as SQLITE_V0_SCHEMA: with it and the 0 -> 1 step, a
+ * version-2 database as written on disk, the trigram index kept by triggers.
+ */
+const SQLITE_V2_HISTORY = `
+CREATE TABLE IF NOT EXISTS strata_history (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  ns INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  present INTEGER NOT NULL,
+  content TEXT,
+  encoding TEXT,
+  original TEXT,
+  created_at TEXT,
+  modified_at TEXT,
+  size INTEGER,
+  version INTEGER
+);
+CREATE INDEX IF NOT EXISTS strata_history_seq ON strata_history (ns, seq);
+CREATE INDEX IF NOT EXISTS strata_history_key ON strata_history (ns, key, seq);
+CREATE TABLE IF NOT EXISTS strata_snapshots (ns INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (ns, seq)) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS strata_history_insert AFTER INSERT ON strata_files
+WHEN EXISTS (SELECT 1 FROM strata_snapshots WHERE ns = new.ns) BEGIN
+  INSERT INTO strata_history (ns, key, present) VALUES (new.ns, new.key, 0);
+END;
+CREATE TRIGGER IF NOT EXISTS strata_history_update AFTER UPDATE ON strata_files
+WHEN EXISTS (SELECT 1 FROM strata_snapshots WHERE ns = old.ns) BEGIN
+  INSERT INTO strata_history (ns, key, present, content, encoding, original, created_at, modified_at, size, version)
+  VALUES (old.ns, old.key, 1, old.content, old.encoding, old.original, old.created_at, old.modified_at, old.size, old.version);
+END;
+CREATE TRIGGER IF NOT EXISTS strata_history_delete AFTER DELETE ON strata_files
+WHEN EXISTS (SELECT 1 FROM strata_snapshots WHERE ns = old.ns) BEGIN
+  INSERT INTO strata_history (ns, key, present, content, encoding, original, created_at, modified_at, size, version)
+  VALUES (old.ns, old.key, 1, old.content, old.encoding, old.original, old.created_at, old.modified_at, old.size, old.version);
+END;
+`;

@@ -406,7 +406,73 @@ describe("StoreBackend's in-process fast path (MemoryStore)", () => {
       if (held.error) throw new Error(held.error.message);
       (held.data as FileDataV2).content = "changed";
       expect(await backend.readRaw("/notes/a.txt")).toMatchObject({ data: { content: "three" } });
+      // A path that is not normal is answered at its normal form, whichever route takes it.
+      for (const path of ["/notes//a.txt", "notes/a.txt", "/notes/./a.txt", "/notes/a.txt/"]) {
+        expect(await backend.readRaw(path)).toMatchObject({ path: "/notes/a.txt", data: { content: "three" } });
+        expect(await toSeedProtocol(backend).readRaw(path)).toMatchObject({ content: "three" });
+      }
+      expect((await backend.readRaw("/notes/../a.txt")).error?.code).toBe("invalid_path");
     }
+  });
+
+  it("keeps putFile's tree check after unchecked puts made a path a file and a directory at once", async () => {
+    for (const order of [["/a", "/a/b/y"], ["/a/b/y", "/a"]]) {
+      const store = new MemoryStore();
+      const ns = ["mixed"];
+      for (const key of order) await store.put(ns, key, text(key));
+      expect(() => store.putFileSync(ns, "/a/b/z", text("z"))).toThrow(expect.objectContaining({ code: "not_a_directory" }));
+      await expect(store.putFile(ns, "/a/c", text("c"))).rejects.toMatchObject({ code: "not_a_directory" });
+    }
+    const store = new MemoryStore();
+    const ns = ["plain"];
+    await store.putFile(ns, "/d/e/f", text("f"));
+    expect(() => store.putFileSync(ns, "/d/e/f/g", text("g"))).toThrow(expect.objectContaining({ code: "not_a_directory" }));
+    expect(() => store.putFileSync(ns, "/d/e", text("e"))).toThrow(expect.objectContaining({ code: "is_directory" }));
+    store.putFileSync(ns, "/d/e/h", text("h"));
+    expect(store.getSync(ns, "/d/e/h")?.value.content).toBe("h");
+  });
+
+  it("the seed adapter's write honours a subclass's own write", async () => {
+    const seen: string[] = [];
+    class Logged extends StoreBackend {
+      override write(path: unknown, content: unknown, options?: unknown) {
+        seen.push(String(path));
+        return super.write(path, content, options);
+      }
+    }
+    const backend = new Logged({ store: new MemoryStore(), namespace: ["logged"] });
+    expect(await toSeedProtocol(backend).write("/x.txt", "x")).toEqual({ path: "/x.txt", filesUpdate: null });
+    expect(seen).toEqual(["/x.txt"]);
+    expect(await toSeedProtocol(new StoreBackend({ store: new MemoryStore() })).write("y.txt", "y")).toEqual({ path: "/y.txt", filesUpdate: null });
+  });
+
+  it("copies a record in and out whatever its shape: extra fields, their order, nested values", async () => {
+    const store = new MemoryStore();
+    const ns = ["shapes"];
+    const stamps = { created_at: "2024-01-01T00:00:00.000Z", modified_at: "2024-01-02T00:00:00.000Z" };
+    const plain: FileDataV2 = { content: "a", encoding: "utf-8", ...stamps };
+    const reordered = { encoding: "utf-8", content: "b", ...stamps } as FileDataV2;
+    const extra = { content: "c", encoding: "utf-8", ...stamps, mimeType: "text/plain" } as FileDataV2;
+    const nested = { content: "d", encoding: "utf-8", ...stamps, meta: { tag: "x" } } as unknown as FileDataV2;
+    const legacy: FileDataV1 = { content: ["e", "f"], ...stamps };
+    const records: Array<[string, FileData]> = [["/plain", plain], ["/reordered", reordered], ["/extra", extra], ["/nested", nested], ["/legacy", legacy]];
+    for (const [key, value] of records) store.putFileSync(ns, key, value);
+    for (const [key, value] of records) {
+      const got = store.getSync(ns, key)!.value;
+      expect(got).toEqual(value);
+      expect(Object.keys(got)).toEqual(Object.keys(value));
+      expect(got).not.toBe(value);
+      // Changing what was put or what was got changes nothing stored.
+      (got as { content: unknown }).content = "changed";
+      expect((await store.get(ns, key))!.value).toEqual(value);
+    }
+    (plain as { content: string }).content = "changed";
+    (nested as unknown as { meta: { tag: string } }).meta.tag = "changed";
+    expect(store.getSync(ns, "/plain")!.value.content).toBe("a");
+    expect((store.getSync(ns, "/nested")!.value as unknown as { meta: { tag: string } }).meta.tag).toBe("x");
+    // A key the store does not hold is still checked.
+    expect(() => store.getSync(ns, "/a//b")).toThrow(expect.objectContaining({ code: "invalid_path" }));
+    expect(store.getSync(ns, "/missing")).toBeUndefined();
   });
 
   it("keeps a write's size limit and the store's quota", async () => {

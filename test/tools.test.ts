@@ -3,9 +3,12 @@
  * LocalSandbox, the stale-file guard, multi-edit all-or-none, dry runs and
  * diffs, read_file paging, images, and output budgets with eviction.
  */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { tmpdir } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { CompositeBackend } from "../backends/composite.js";
+import { FilesystemBackend } from "../backends/filesystem.js";
 import { withPermissions } from "../backends/permissions.js";
 import { StateBackend } from "../backends/state.js";
 import type { Backend } from "../core/protocol.js";
@@ -554,6 +557,63 @@ for (const [kind, create] of Object.entries(kinds)) {
     });
   });
 }
+
+describe("edit_file over FilesystemBackend", () => {
+  const workspace = () => {
+    const dir = mkdtempSync(join(tmpdir(), "strata-edit-"));
+    cleanup.push(async () => rmSync(dir, { recursive: true, force: true }));
+    return dir;
+  };
+
+  it("knows what the file holds after its edit from the backend's answer: one read per edit, and the stale-file guard holds", async () => {
+    const dir = workspace();
+    const backend = new FilesystemBackend({ workspace: dir });
+    let reads = 0;
+    const counting = new Proxy(backend, {
+      get(target, key) {
+        const value = Reflect.get(target, key, target) as unknown;
+        if (key === "readRaw") reads++;
+        return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    });
+    const tools = toolsFor(counting);
+    writeFileSync(join(dir, "a.txt"), "one\ntwo\nthree\n");
+    expectOk(await tools.read_file!.call({ file_path: "/a.txt" }));
+    reads = 0;
+    expect(expectOk(await tools.edit_file!.call({ file_path: "/a.txt", old_string: "two", new_string: "TWO" }))).toMatch(/^Edited '\/a\.txt' \(1 replacement\)\.\n\n/);
+    expect(reads).toBe(1);
+    // Its own edit counts as read: the next one needs no read_file.
+    expectOk(await tools.edit_file!.call({ file_path: "/a.txt", old_string: "three", new_string: "THREE" }));
+    expect(readFileSync(join(dir, "a.txt"), "utf8")).toBe("one\nTWO\nTHREE\n");
+    // Another program's change after the edit is caught by the next one.
+    writeFileSync(join(dir, "a.txt"), "one\nTWO\nTHREE\nfour\n");
+    expectError(await tools.edit_file!.call({ file_path: "/a.txt", old_string: "one", new_string: "ONE" }), /has changed since you last read it/);
+  });
+
+  it("a change another program made between the guard's read and the edit is reported, and the file must be read again", async () => {
+    const dir = workspace();
+    const backend = new FilesystemBackend({ workspace: dir });
+    const meddling = new Proxy(backend, {
+      get(target, key) {
+        const value = Reflect.get(target, key, target) as unknown;
+        if (key === "edit") {
+          return async (path: string, oldString: string, newString: string, options: object) => {
+            writeFileSync(join(dir, "c.txt"), "first\nsecond\nthird (theirs)\n");
+            return target.edit(path, oldString, newString, options);
+          };
+        }
+        return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    });
+    const tools = toolsFor(meddling);
+    writeFileSync(join(dir, "c.txt"), "first\nsecond\nthird\n");
+    expectOk(await tools.read_file!.call({ file_path: "/c.txt" }));
+    const out = expectOk(await tools.edit_file!.call({ file_path: "/c.txt", old_string: "first", new_string: "FIRST" }));
+    expect(out).toMatch(/^Edited '\/c.txt' \(1 replacement\), but the file was also changed by someone else meanwhile: read it again/);
+    expect(readFileSync(join(dir, "c.txt"), "utf8")).toBe("FIRST\nsecond\nthird (theirs)\n");
+    expectError(await tools.edit_file!.call({ file_path: "/c.txt", old_string: "second", new_string: "SECOND" }), /has changed since you last read it/);
+  });
+});
 
 describe("ToolSession.budget", () => {
   it("keeps whole characters and lines in its preview", async () => {

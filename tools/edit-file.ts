@@ -85,9 +85,11 @@ export const editFile = defineTool({
         }
         throw new ToolFailure(landed.error.message);
       }
-      const now = await session.backend.readRaw(path);
-      if (!now.error && fileDataText(now.data) === after) {
-        await session.remember(path, now.data);
+      // What the file holds now: the backend's answer says when it knows (it edited the text it read under its
+      // lock), else it is read again. Anything but the text computed here means someone else changed it meanwhile.
+      const now = landed.content !== undefined ? landed.content : await session.backend.readRaw(path).then((read) => (read.error ? null : fileDataText(read.data)));
+      if (now === after) {
+        await session.remember(path, after);
         return ok(`Edited '${printable(path)}' (${what}).\n\n${diff}`);
       }
       session.invalidate(path);

@@ -17,7 +17,7 @@ export const glob = defineTool({
   inputSchema: globSchema,
   async execute(session, input) {
     const path = input.path ?? session.root;
-    const found = orFail(await session.backend.glob(input.pattern, { path }));
+    const found = orFail(await session.backend.glob(input.pattern, { path, sizes: false }));
     const askedForEvicted = session.asksForEvicted(canonicalPath(session, path), input.pattern);
     const files = found.entries.filter((entry) => askedForEvicted || !session.isEvicted(entry.path)).map((entry) => entry.path);
     if (files.length === 0) return ok(`No files match '${printable(input.pattern)}' under '${printable(path)}'.`);

@@ -16,6 +16,14 @@ export interface DockerService {
   images: { busybox: string; gnu: string };
 }
 
+/**
+ * A DockerSandbox's execs for the work asked, less the kill execs that may follow a command by killGraceMs (more
+ * likely on a loaded machine): round-trip counts stay exact however late the kill comes.
+ */
+export const workExecs = (stats: DockerSandbox["stats"]): number => stats.execs - stats.kills;
+/** workExecs plus the requests on reused sessions. */
+export const workTrips = (stats: DockerSandbox["stats"]): number => workExecs(stats) + stats.sessionRequests;
+
 export function dockerService(): DockerService {
   return {
     socket: requireService("STRATA_DOCKER_HOST", "30-docker.sh"),

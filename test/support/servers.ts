@@ -97,7 +97,14 @@ export class PrivatePostgres {
   /** Stops (SIGSTOP) or resumes (SIGCONT) every process of the cluster: a server that hangs. */
   async signal(signal: "SIGSTOP" | "SIGCONT"): Promise<void> {
     const postmaster = Number(readFileSync(join(this.data, "postmaster.pid"), "utf8").split("\n")[0]);
-    for (const pid of [postmaster, ...childrenOf(postmaster)]) process.kill(pid, signal);
+    for (const pid of [postmaster, ...childrenOf(postmaster)]) {
+      try {
+        process.kill(pid, signal);
+      } catch (error) {
+        // A backend listed a moment ago may have exited since (ESRCH): it has nothing left to stop or resume.
+        if ((error as NodeJS.ErrnoException).code !== "ESRCH" || pid === postmaster) throw error;
+      }
+    }
   }
 
   async dispose(): Promise<void> {
