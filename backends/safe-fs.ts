@@ -370,6 +370,9 @@ export async function replaceAtomicAtFd(dirFd: number, name: string, bytes: Uint
   }
 }
 
+/** How many times a directory delete empties a directory that others keep filling before it gives up. */
+const REMOVE_ROUNDS = 5;
+
 /**
  * Removes `name` from `dir`: a file or symlink is unlinked (never followed),
  * a directory is emptied through its own fd, depth first, then removed.
@@ -389,15 +392,24 @@ export async function removeAt(dir: FileHandle, name: string): Promise<void> {
       }
       if (child !== undefined) {
         try {
-          for (const grandchild of readdirSync(at(child))) {
-            await remove(child, grandchild).catch((error: NodeJS.ErrnoException) => {
-              if (error.code !== "ENOENT") throw error; // removed by someone else meanwhile: fine
-            });
+          // A writer creating a file inside meanwhile makes the rmdir fail (ENOTEMPTY): that file was made before
+          // this delete, so it goes too; empty again. Writers that keep at it win after a few rounds (EBUSY).
+          for (let round = 1; ; round++) {
+            for (const grandchild of readdirSync(at(child))) {
+              await remove(child, grandchild).catch((error: NodeJS.ErrnoException) => {
+                if (error.code !== "ENOENT") throw error; // removed by someone else meanwhile: fine
+              });
+            }
+            try {
+              return rmdirSync(at(dirFd, entry));
+            } catch (error) {
+              if ((error as NodeJS.ErrnoException).code !== "ENOTEMPTY") throw error;
+              if (round === REMOVE_ROUNDS) throw Object.assign(new Error("still being filled"), { code: "EBUSY" });
+            }
           }
         } finally {
           closeSync(child);
         }
-        return rmdirSync(at(dirFd, entry));
       }
     }
     unlinkSync(at(dirFd, entry));

@@ -172,6 +172,23 @@ export function describeReliability<B extends Backend>(options: ReliabilityOptio
       }
     });
 
+    it("a directory delete racing creates inside it succeeds (or answers busy), and each create is either gone with it or kept", async () => {
+      for (let round = 0; round < 10; round++) {
+        const dir = `/filling-${round}`;
+        await ok(backend().write(`${dir}/seed.txt`, "seed"), "write");
+        const creates = Array.from({ length: 8 }, (_, i) => backend().write(`${dir}/new-${i}.txt`, `new ${i}`));
+        const [deleted, ...created] = await Promise.all([backend().delete(dir), ...creates]);
+        if (deleted.error !== undefined) expect(deleted.code, deleted.error).toBe("busy");
+        for (const [i, result] of created.entries()) {
+          if (result.error !== undefined) expect(result.code, result.error).toMatch(/^(already_exists|file_not_found)$/);
+        }
+        // The delete took what it found; a create it did not see made the directory again, with that file alone in it.
+        const left = (await backend().globInfo("**", dir)).map((info) => info.path.slice(dir.length + 1));
+        if (deleted.error === undefined) expect(left.includes("seed.txt")).toBe(false);
+        for (const name of left) expect(created[Number(/^new-(\d)\.txt$/.exec(name)?.[1])]?.error, name).toBeUndefined();
+      }
+    });
+
     if (options.fuzzRuns > 0) {
       const name = fc.constantFrom("/f", "/g", "/d", "/d/x");
       const content = fc.constantFrom("a", "b", "a a", "ab\n");

@@ -263,8 +263,9 @@ while :; do
   ${mode === "swap"
     ? `# The file's directory went with a concurrent delete of an ancestor: the delete came first.
   [ "$w" = again ] && w=missing`
-    : `# A concurrent delete removed the directory: make it again, as a later write would.
-  if [ "$w" = again ]; then n=$((n + 1)); [ "$n" -lt 8 ] && continue; w=failed; fi`}
+    : `# A concurrent delete removed the directory: make it again, as a later write would. (It may be back already,
+  # made by another writer after this step failed: then nothing here explains the failure, so that is tried again too.)
+  if [ "$w" = again ] || [ "$w" = failed ]; then n=$((n + 1)); [ "$n" -lt 8 ] && continue; w=failed; fi`}
   echo "$w"; exit 0
 done`;
 

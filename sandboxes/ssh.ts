@@ -123,14 +123,19 @@ const PERMISSION_DENIED = 3;
  * of the caller's. Its first stdin line is a shell text of one line (set by
  * `header`) exporting the environment and setting the wrapper's arguments;
  * `read` takes exactly that line (it reads a byte at a time from a pipe), so
- * the rest of stdin is the command's.
+ * the rest of stdin is the command's. The wrapper then runs in a shell of
+ * its own (same PID) rather than in this one: a variable exported by `eval`
+ * is not in this process's /proc environ, and the kill's sweep finds a
+ * process by the marker there. Exec'd, the wrapper carries the marker from
+ * before its stopped-mark check, so a start the check let through is one
+ * the sweep sees.
  */
 const EXEC_LINE = `IFS= read -r strata_h || exit 1
 strata_nl='
 '
 eval "$strata_h"
 unset strata_h strata_nl
-${WRAPPER}`;
+exec /bin/sh -c ${shellQuote(WRAPPER)} strata "$@"`;
 
 /** One SSH connection; a new one replaces it when it is lost. */
 interface Connection {
