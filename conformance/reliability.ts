@@ -179,7 +179,7 @@ export function describeReliability<B extends Backend>(options: ReliabilityOptio
         const creates = Array.from({ length: 8 }, (_, i) => backend().write(`${dir}/new-${i}.txt`, `new ${i}`));
         const [deleted, ...created] = await Promise.all([backend().delete(dir), ...creates]);
         if (deleted.error !== undefined) expect(deleted.code, deleted.error).toBe("busy");
-        for (const [i, result] of created.entries()) {
+        for (const result of created) {
           if (result.error !== undefined) expect(result.code, result.error).toMatch(/^(already_exists|file_not_found)$/);
         }
         // The delete took what it found; a create it did not see made the directory again, with that file alone in it.

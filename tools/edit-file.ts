@@ -64,9 +64,8 @@ export const editFile = defineTool({
           throw new ToolFailure(edits.length > 1 ? `Edit ${i + 1} of ${edits.length}: ${error.message}. No edit was applied` : error.message);
         }
       }
-      const diff = unifiedDiff(path, before, after);
       const what = `${edits.length > 1 ? `${edits.length} edits, ` : ""}${occurrences} replacement${occurrences === 1 ? "" : "s"}`;
-      if (input.dry_run) return ok(`Dry run: ${what} in '${printable(path)}' would make this change; nothing was written.\n\n${diff}`);
+      if (input.dry_run) return ok(`Dry run: ${what} in '${printable(path)}' would make this change; nothing was written.\n\n${unifiedDiff(path, before, after)}`);
 
       // Through the native edit, which is atomic against writers outside this session: one edit as
       // given; several as one replacement of the whole text read by the text computed, which lands only
@@ -74,10 +73,14 @@ export const editFile = defineTool({
       // makes it fail and nothing is written).
       if (before === after) return ok(`The edits leave '${printable(path)}' unchanged; nothing was written.`);
       const [edit] = edits;
-      const landed =
+      const landing =
         edits.length === 1
-          ? await session.backend.edit(path, edit!.old_string, edit!.new_string, { replaceAll: edit!.replace_all ?? false })
-          : await session.backend.edit(path, before, after, { replaceAll: false });
+          ? session.backend.edit(path, edit!.old_string, edit!.new_string, { replaceAll: edit!.replace_all ?? false })
+          : session.backend.edit(path, before, after, { replaceAll: false });
+      // The answer's diff is made while the edit waits on the disk (its fsync), not before the edit starts.
+      await nextTurn();
+      const diff = unifiedDiff(path, before, after);
+      const landed = await landing;
       if (landed.error) {
         if (edits.length > 1 && (landed.error.code === "no_match" || landed.error.code === "ambiguous_match")) {
           session.invalidate(path);
@@ -97,6 +100,11 @@ export const editFile = defineTool({
     });
   },
 });
+
+/** One turn of the event loop: I/O a call started gets under way (setImmediate: Node's setTimeout(0) waits 1 ms). */
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => (globalThis.setImmediate ? globalThis.setImmediate(resolve) : setTimeout(resolve, 0)));
+}
 
 /**
  * A unified diff (jsdiff) of a change, three lines of context. A CRLF file
