@@ -28,9 +28,9 @@ import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { Slots } from "../core/concurrency.js";
 import { StrataError, errors, isStrataError } from "../core/errors.js";
-import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
+import { unwrap, type DownloadAnswer, type UploadAnswer } from "../core/base.js";
 import { normalizePath } from "../core/paths.js";
-import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
+import type { ExecuteOptions, ExecuteResponse, GrepResult } from "../core/types.js";
 import { FilesystemBackend } from "../backends/filesystem.js";
 import { BaseSandbox, type BaseSandboxOptions, type IsolationLevel, type NetworkAccess, type ResourceLimitOptions } from "./base.js";
 import { positiveInteger } from "./defaults.js";
@@ -428,6 +428,20 @@ export class BubblewrapSandbox extends BaseSandbox {
         return result;
       }),
     );
+  }
+
+  /**
+   * On the host as well, as downloads are: FilesystemBackend's grep over the
+   * directory behind /workspace (ripgrep proposes the files, each is re-read
+   * through descriptors that never follow a symlink a command planted).
+   * The same answers as the shell's search inside (one conformance suite),
+   * without a command in the sandbox or the files' bytes coming back out of
+   * it: measured on a 5k-file tree, rg itself runs about a third slower
+   * inside the sandbox's namespaces than on the host.
+   */
+  protected override async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
+    this.assertOpen();
+    return unwrap(await this.hostFiles.grep(pattern, { path, glob, maxCount }));
   }
 
   protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
