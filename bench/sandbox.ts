@@ -708,10 +708,11 @@ export const sandboxGroup: BenchGroup = {
             ],
             target: { kind: "ratio", peer: "rg in the same sandbox", min: 1 / 1.2, text: "within 1.2× of rg in the sandbox" },
             notes: [
-              "Strata's sandboxes derive grep and glob from a shell script run inside the sandbox (the same in bubblewrap, " +
-                "Docker or over SSH); deepagents' LocalShellBackend searches from the host process (rg, fast-glob), which " +
-                "only works when the sandbox is the host. Where the sandbox has rg (both rows here), the script asks it for " +
-                "the candidate files; the rg row is `rg -F -n` run through execute in the same sandbox.",
+              "deepagents' LocalShellBackend searches from the host process (rg, fast-glob), which only works when the sandbox " +
+                "is the host. Strata's LocalSandbox and BubblewrapSandbox grep on the host too, through FilesystemBackend (ripgrep " +
+                "proposes the files, each is re-read through descriptors that never follow a symlink), LocalSandbox its glob as well; " +
+                "BubblewrapSandbox's glob, and every search in Docker or over SSH, is a shell script run inside the sandbox. The rg row is `rg -F -n` run through " +
+                "execute in the same sandbox.",
             ],
           }),
           await compare({
