@@ -627,9 +627,6 @@ function handleEntries(w: Walk, current: WalkDir, entries: Dirent[], from: numbe
   return undefined;
 }
 
-/** Directories whose entries may be read on the thread pool at once, while this thread reads and handles others. */
-
-
 /** The entries of the directory `fd` is open on, or undefined when it cannot be read (gone meanwhile). */
 function readEntriesSync(fd: number): Dirent[] | undefined {
   try {

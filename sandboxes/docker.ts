@@ -181,7 +181,7 @@ unset -f strata_run; unset i l
 const KILL = `g=$1 m=$2 i=$3 t=$4
 [ -n "$g" ] && kill -9 -"$g" 2>/dev/null
 [ -z "$m" ] || : > "${STOPPED_PREFIX}$m" 2>/dev/null
-for _ in 1 2 3; do
+for _ in 1 2 3 4 5; do
   k=
   if [ -n "$m" ]; then
     k="$k $(grep -l -z -F "${MARKER_VARIABLE}=$m" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||')"
@@ -493,8 +493,11 @@ export class DockerSandbox extends BaseSandbox {
       onData: options.onData,
       // close() aborts this signal too: the command is killed and the call rejects with sandbox_closed.
       signal: this.commandSignal(options.signal),
-      // A sweep (timeout, abort, close, endless output) kills everything of the run; after a normal exit only what holds its output open.
-      kill: (pgid, sweep) => this.kill([pgid, sweep ? marker : undefined, info.pipe, sweep && this.removeOnClose ? info.since : undefined]),
+      // A sweep (timeout, abort, close, endless output) kills everything of the run; after a normal exit only what holds its
+      // output open (the group too only where the pipe is unknown): a background job writing elsewhere is the caller's, however
+      // late a loaded machine brings the stream's end.
+      kill: (pgid, sweep) =>
+        this.kill([sweep || info.pipe === undefined ? pgid : undefined, sweep ? marker : undefined, info.pipe, sweep && this.removeOnClose ? info.since : undefined]),
       abandon: () => abandon(),
     });
     // The run may settle (an abort, close()) while the session or exec below is still being set up; the caller gets it as returned.

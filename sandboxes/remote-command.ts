@@ -62,7 +62,9 @@ echo "strata-exit $?" >&2`;
 /**
  * `sh -c KILL_SCRIPT strata <pgid> <marker>`: kills the group, then (given a
  * marker) leaves the STOPPED_PREFIX mark and kills every process whose
- * environment carries the marker, a few rounds in case one forks meanwhile.
+ * environment carries the marker, a few rounds in case one forks meanwhile
+ * (a command just starting is three deep: the wrapper, the command's
+ * shell, its first child; a round finding none ends the sweep).
  * Only shell builtins run before the first kill, so it works even when a
  * fork bomb has used up the process limit. Marks older than an hour go (a
  * start that late is not on its way).
@@ -70,7 +72,7 @@ echo "strata-exit $?" >&2`;
 export const KILL_SCRIPT = `[ -n "$1" ] && kill -9 -"$1" 2>/dev/null
 [ -n "$2" ] || exit 0
 : > "${STOPPED_PREFIX}$2" 2>/dev/null
-for _ in 1 2 3; do
+for _ in 1 2 3 4 5; do
   found=
   for f in $(grep -l -z -F "${MARKER_VARIABLE}=$2" /proc/[0-9]*/environ 2>/dev/null); do
     p=\${f#/proc/}
