@@ -2,7 +2,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["dist/", "node_modules/", ".services/", ".strata/"] },
+  { ignores: ["dist/", "node_modules/", ".services/", ".strata/", ".scratch/", ".node24/"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
