@@ -136,6 +136,20 @@ describe("SshSandbox execute", () => {
     expect(await remoteProcesses(native, marker)).toEqual([]);
   });
 
+  it("a close() at any moment of a command's start answers sandbox_closed and leaves nothing of it running", async () => {
+    const observer = await fresh();
+    const marker = `84${Math.floor(Math.random() * 1e6)}`;
+    for (const delay of [0, 1, 3, 6, 10, 20, 40]) {
+      const native = await fresh();
+      await native.execute("true");
+      const running = native.execute(`sleep ${marker}`);
+      setTimeout(() => void native.close(), delay);
+      expect((await running).error?.code).toBe("sandbox_closed");
+    }
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    expect(await remoteProcesses(observer, marker)).toEqual([]);
+  });
+
   it("runs more commands at once than the server's session limit allows, queueing the rest", async () => {
     const sandbox = toSeedProtocol(await fresh());
     const results = await Promise.all(Array.from({ length: 30 }, (_, i) => sandbox.execute(`sleep 0.1; echo ${i}`)));
