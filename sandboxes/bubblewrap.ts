@@ -437,11 +437,16 @@ export class BubblewrapSandbox extends BaseSandbox {
    * The same answers as the shell's search inside (one conformance suite),
    * without a command in the sandbox or the files' bytes coming back out of
    * it: measured on a 5k-file tree, rg itself runs about a third slower
-   * inside the sandbox's namespaces than on the host.
+   * inside the sandbox's namespaces than on the host. A search root that is
+   * a link, or lies under one, the host refuses (permission_denied, the
+   * only refusal of a backend without rules): that search runs in the shell,
+   * which follows a linked root as a command would.
    */
   protected override async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
     this.assertOpen();
-    return unwrap(await this.hostFiles.grep(pattern, { path, glob, maxCount }));
+    const found = await this.hostFiles.grep(pattern, { path, glob, maxCount });
+    if (found.error?.code === "permission_denied") return super.doGrep(pattern, path, glob, maxCount);
+    return unwrap(found);
   }
 
   protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
