@@ -709,10 +709,10 @@ export const sandboxGroup: BenchGroup = {
             target: { kind: "ratio", peer: "rg in the same sandbox", min: 1 / 1.2, text: "within 1.2× of rg in the sandbox" },
             notes: [
               "deepagents' LocalShellBackend searches from the host process (rg, fast-glob), which only works when the sandbox " +
-                "is the host. Strata's LocalSandbox and BubblewrapSandbox grep on the host too, through FilesystemBackend (ripgrep " +
-                "proposes the files, each is re-read through descriptors that never follow a symlink), LocalSandbox its glob as well; " +
-                "BubblewrapSandbox's glob, and every search in Docker or over SSH, is a shell script run inside the sandbox. The rg row is `rg -F -n` run through " +
-                "execute in the same sandbox.",
+                "is the host. Strata's LocalSandbox searches on the host too, through FilesystemBackend (ripgrep proposes the files, " +
+                "each is re-read through descriptors that never follow a symlink); BubblewrapSandbox, Docker and SSH search with a " +
+                "shell script run inside the sandbox, which asks rg for the candidate files where the sandbox has it (bubblewrap " +
+                "sees the host's). The rg row is `rg -F -n` run through execute in the same sandbox.",
             ],
           }),
           await compare({

@@ -28,9 +28,9 @@ import { tmpdir } from "node:os";
 import nodePath from "node:path";
 import { Slots } from "../core/concurrency.js";
 import { StrataError, errors, isStrataError } from "../core/errors.js";
-import { unwrap, type DownloadAnswer, type UploadAnswer } from "../core/base.js";
+import type { DownloadAnswer, UploadAnswer } from "../core/base.js";
 import { normalizePath } from "../core/paths.js";
-import type { ExecuteOptions, ExecuteResponse, GrepResult } from "../core/types.js";
+import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { FilesystemBackend } from "../backends/filesystem.js";
 import { BaseSandbox, type BaseSandboxOptions, type IsolationLevel, type NetworkAccess, type ResourceLimitOptions } from "./base.js";
 import { positiveInteger } from "./defaults.js";
@@ -428,25 +428,6 @@ export class BubblewrapSandbox extends BaseSandbox {
         return result;
       }),
     );
-  }
-
-  /**
-   * On the host as well, as downloads are: FilesystemBackend's grep over the
-   * directory behind /workspace (ripgrep proposes the files, each is re-read
-   * through descriptors that never follow a symlink a command planted).
-   * The same answers as the shell's search inside (one conformance suite),
-   * without a command in the sandbox or the files' bytes coming back out of
-   * it: measured on a 5k-file tree, rg itself runs about a third slower
-   * inside the sandbox's namespaces than on the host. A search root that is
-   * a link, or lies under one, the host refuses (permission_denied, the
-   * only refusal of a backend without rules): that search runs in the shell,
-   * which follows a linked root as a command would.
-   */
-  protected override async doGrep(pattern: string, path: string | null, glob: string | null, maxCount: number | undefined): Promise<GrepResult> {
-    this.assertOpen();
-    const found = await this.hostFiles.grep(pattern, { path, glob, maxCount });
-    if (found.error?.code === "permission_denied") return super.doGrep(pattern, path, glob, maxCount);
-    return unwrap(found);
   }
 
   protected override async doDownload(paths: readonly string[]): Promise<DownloadAnswer[]> {
