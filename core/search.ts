@@ -363,9 +363,14 @@ export function parseRegex(source: string): ParsedRegex {
       i += 6;
       return { kind: "set" };
     }
-    if (d === "c" && /^[A-Za-z]$/.test(source[i + 2] ?? "")) {
-      i += 3;
-      return { kind: "set" };
+    if (d === "c") {
+      if (/^[A-Za-z]$/.test(source[i + 2] ?? "")) {
+        i += 3;
+        return { kind: "set" };
+      }
+      // Annex B: `\c` without a control letter is a literal backslash; the `c` is the next atom (`\c?` needs the backslash).
+      i += 1;
+      return { kind: "char", ch: "\\" };
     }
     i += 2;
     // An escaped punctuation character is that character; any letter or digit escape is a class or

@@ -357,6 +357,10 @@ describe("the required literal of a regex", () => {
     expect(literal("ab{x")).toBe("ab{x");
     expect(literal("a.*b")).toBe("a");
     expect(literal("\\x41BC")).toBe("BC");
+    // Annex B: `\c` with no control letter is a backslash, then `c`; so `\c?` needs the backslash and never matches empty.
+    expect(literal("\\cJx")).toBe("x");
+    expect(literal("\\c?")).toBe("\\");
+    expect(literal("a\\c1")).toBe("a\\c1");
     expect(parseRegex("(?i:abc)").unsure).toBe(true);
   });
 });
