@@ -78,6 +78,8 @@ export const editFile = defineTool({
           ? session.backend.edit(path, edit!.old_string, edit!.new_string, { replaceAll: edit!.replace_all ?? false })
           : session.backend.edit(path, before, after, { replaceAll: false });
       // The answer's diff is made while the edit waits on the disk (its fsync), not before the edit starts.
+      // (A backend that throws rather than answer is a bug; its rejection is still this call's, awaited below.)
+      landing.catch(() => undefined);
       await nextTurn();
       const diff = unifiedDiff(path, before, after);
       const landed = await landing;
