@@ -297,7 +297,9 @@ describe("SqliteStore: a writer in another process racing restore", () => {
     const store = new SqliteStore({ path });
     const namespace = ["snap", randomUUID()];
     const keys = Array.from({ length: 40 }, (_, i) => `/f${String(i).padStart(2, "0")}`);
-    const rounds = 200;
+    // Enough batches for many restores to land between them (each round waits on the other's locks: on a slow machine a
+    // round took 250 ms, and 200 of them passed the test's time limit).
+    const rounds = 60;
     try {
       await store.putMany(namespace, keys.map((key) => [key, fileDataFromText("old\n")] as const));
       const before = await store.snapshot(namespace);
@@ -352,7 +354,7 @@ describe("SqliteStore: a writer in another process racing restore", () => {
     } finally {
       await store.close();
     }
-  });
+  }, 120_000);
 });
 
 describe("PostgresStore: snapshots taken while writers run", () => {
