@@ -75,27 +75,24 @@ function* permutations<T>(items: readonly T[]): Generator<T[]> {
  * Every way to run "make the parents" steps early, for an order whose k-th
  * operation is a create needing the parents `parents[k]` (undefined when it
  * needs none): a step runs just before some operation, and each step is owed
- * to a distinct create at or after its place (a step right before its own
- * create changes nothing, so a placement with no step is skipped). Which
- * create a step is owed to is chosen greedily: the fuzz's nested paths share
- * one parent, so the choice never changes the step.
+ * to a create at or after its place. A create may owe several: one whose
+ * parent a delete removed makes it again before it lands (a step right
+ * before its own create changes nothing, so a placement with no step is
+ * skipped). Which create a step is owed to is the nearest: the fuzz's
+ * nested paths share one parent, so the choice never changes the step.
  */
 function* earlyParentSteps(parents: ReadonlyArray<string | undefined>): Generator<Array<string | undefined>> {
   const n = parents.length;
   for (let mask = 1; mask < 1 << n; mask++) {
     const early: Array<string | undefined> = new Array(n).fill(undefined);
-    // Match each chosen place, from the last, to the nearest unmatched create at or after it.
-    const used = new Set<number>();
+    // Each chosen place is owed to the nearest create at or after it.
     let feasible = true;
-    for (let k = n - 1; k >= 0 && feasible; k--) {
+    for (let k = 0; k < n && feasible; k++) {
       if (!(mask & (1 << k))) continue;
       let owner = -1;
-      for (let j = k; j < n; j++) if (parents[j] !== undefined && !used.has(j)) { owner = j; break; }
+      for (let j = k; j < n; j++) if (parents[j] !== undefined) { owner = j; break; }
       if (owner === -1) feasible = false;
-      else {
-        used.add(owner);
-        early[k] = parents[owner];
-      }
+      else early[k] = parents[owner];
     }
     if (feasible) yield early;
   }
