@@ -61,7 +61,7 @@ import type { ExecuteOptions, ExecuteResponse } from "../core/types.js";
 import { BaseSandbox, type BaseSandboxOptions, type IsolationLevel, type NetworkAccess, type ResourceLimitOptions } from "./base.js";
 import { sandboxLimits } from "./defaults.js";
 import { Slots } from "../core/concurrency.js";
-import { MARKER_VARIABLE, RemoteRun, STOPPED_PREFIX, UNLESS_STOPPED, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
+import { MARKER_VARIABLE, RemoteRun, STOPPED_PREFIX, SWEEP_KILL, SWEEP_ROUNDS, UNLESS_STOPPED, WRAPPER, checkCommand, newMarker } from "./remote-command.js";
 import { feedStdin } from "./process.js";
 import { LOCK_FN, QUOTA_FN, lockName } from "./shell.js";
 import { optionalPackage } from "../stores/optional-package.js";
@@ -172,17 +172,21 @@ unset -f strata_run; unset i l
 
 /**
  * `sh -c KILL strata <pgid> <marker> <pipe inode> <since>`, as the command user: kills
- * the group, then, a few rounds in case one forks meanwhile, every process
- * carrying the marker, every process holding the pipe, and (given `since`)
- * every orphan (parent PID 1) started at or after `since`. Only shell
+ * the group, then, in rounds (SWEEP_KILL), every process carrying the marker
+ * with the group it leads, every process holding the pipe, and (given
+ * `since`) every orphan (parent PID 1) started at or after `since`. The
+ * last two alone: after a normal exit the wrapper still holds the pipe for
+ * a moment, and its group holds what the caller left running on purpose
+ * (`sleep 1000 >/dev/null &`). Only shell
  * builtins run before the first kill, so it works even when a fork bomb has
  * used up the process limit.
  */
 const KILL = `g=$1 m=$2 i=$3 t=$4
 [ -n "$g" ] && kill -9 -"$g" 2>/dev/null
 [ -z "$m" ] || : > "${STOPPED_PREFIX}$m" 2>/dev/null
-for _ in 1 2 3 4 5; do
-  k=
+idle=
+for _ in ${SWEEP_ROUNDS}; do
+  k= j=
   if [ -n "$m" ]; then
     k="$k $(grep -l -z -F "${MARKER_VARIABLE}=$m" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||')"
   fi
@@ -191,7 +195,7 @@ for _ in 1 2 3 4 5; do
     while IFS= read -r l; do
       case $l in
         /proc/*/fd:) p=\${l#/proc/} p=\${p%/fd:} ;;
-        *" pipe:[$i]") k="$k $p" ;;
+        *" pipe:[$i]") j="$j $p" ;;
       esac
     done <<EOF
 $o
@@ -202,12 +206,10 @@ EOF
       { read -r l <"$s"; } 2>/dev/null || continue
       p=\${l%% *}; l=\${l##*) }
       set -f; set -- $l; set +f
-      [ "$2" = 1 ] && [ "$p" != 1 ] && [ "\${20}" -ge "$t" ] && k="$k $p"
+      [ "$2" = 1 ] && [ "$p" != 1 ] && [ "\${20}" -ge "$t" ] && j="$j $p"
     done
   fi
-  k=$(echo $k)
-  [ -n "$k" ] || break
-  kill -9 $k 2>/dev/null
+  ${SWEEP_KILL}
 done
 exit 0`;
 

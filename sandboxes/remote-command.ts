@@ -60,25 +60,38 @@ wait $! 2>/dev/null
 echo "strata-exit $?" >&2`;
 
 /**
+ * A sweep kills in rounds, in case a process forks meanwhile (a command just
+ * starting is three deep: the wrapper, the command's shell, its first
+ * child), and ends after two rounds in a row find nothing.
+ * Why the group too, and the second empty round: a process in the middle of
+ * an exec shows an empty /proc/PID/environ for a moment, so a sweep can miss
+ * the command's shell while it starts. Killing each found process's group
+ * (the wrapper leads the command's) takes it anyway; the second round
+ * catches one that had left the group.
+ */
+export const SWEEP_ROUNDS = "1 2 3 4 5 6 7";
+/** One round of a sweep, in sh: kills the pids in `$k` with the groups they lead, and those in `$j` alone. */
+export const SWEEP_KILL = `k=$(echo $k) j=$(echo $j)
+  if [ -z "$k$j" ]; then [ -n "$idle" ] && break; idle=1; continue; fi
+  idle=
+  for p in $k; do kill -9 -"$p" 2>/dev/null; done
+  kill -9 $k $j 2>/dev/null`;
+
+/**
  * `sh -c KILL_SCRIPT strata <pgid> <marker>`: kills the group, then (given a
  * marker) leaves the STOPPED_PREFIX mark and kills every process whose
- * environment carries the marker, a few rounds in case one forks meanwhile
- * (a command just starting is three deep: the wrapper, the command's
- * shell, its first child; a round finding none ends the sweep).
- * Only shell builtins run before the first kill, so it works even when a
- * fork bomb has used up the process limit. Marks older than an hour go (a
- * start that late is not on its way).
+ * environment carries the marker, with the group it leads, if any (see
+ * SWEEP_KILL). Only shell builtins run before the first kill, so it works
+ * even when a fork bomb has used up the process limit. Marks older than an
+ * hour go (a start that late is not on its way).
  */
 export const KILL_SCRIPT = `[ -n "$1" ] && kill -9 -"$1" 2>/dev/null
 [ -n "$2" ] || exit 0
 : > "${STOPPED_PREFIX}$2" 2>/dev/null
-for _ in 1 2 3 4 5; do
-  found=
-  for f in $(grep -l -z -F "${MARKER_VARIABLE}=$2" /proc/[0-9]*/environ 2>/dev/null); do
-    p=\${f#/proc/}
-    kill -9 "\${p%/environ}" 2>/dev/null && found=1
-  done
-  [ -n "$found" ] || break
+idle=
+for _ in ${SWEEP_ROUNDS}; do
+  k=$(grep -l -z -F "${MARKER_VARIABLE}=$2" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||')
+  ${SWEEP_KILL}
 done
 find /tmp -maxdepth 1 -name '${STOPPED_PREFIX.slice("/tmp/".length)}*' -mmin +60 -exec rm -f {} + 2>/dev/null
 exit 0`;

@@ -106,6 +106,8 @@ export interface SshSandboxOptions extends BaseSandboxOptions {
 const MAX_COMMANDS = 6;
 /** SFTP requests in flight at once (SFTP pipelines them on its one channel). */
 const SFTP_CONCURRENCY = 64;
+/** Attempts at a kill's channel, 200 ms apart. */
+const KILL_TRIES = 25;
 /** How long `close()` waits for the kills of running commands to reach the server. */
 const CLOSE_KILL_WAIT_MS = 5_000;
 const KEEPALIVE_COUNT = 3;
@@ -588,11 +590,13 @@ export class SshSandbox extends BaseSandbox {
   private async killOn(connection: Connection, pgid: number | undefined, marker: string | undefined): Promise<void> {
     // The arguments are a process group number and a random marker: nothing of the caller's.
     const line = `exec /bin/sh -c ${shellQuote(KILL_SCRIPT)} strata ${shellQuote(pgid === undefined ? "" : String(pgid))} ${shellQuote(marker ?? "")}`;
-    for (let attempt = 0; attempt < 5 && connection.alive; attempt++) {
+    // Up to KILL_TRIES: a kill that never lands leaves the command running, so it outlasts a busy spell of the
+    // server (every session of MaxSessions taken by commands still closing).
+    for (let attempt = 0; attempt < KILL_TRIES && connection.alive; attempt++) {
       try {
         if ((await this.run(connection, line)).exitCode === 0) return;
       } catch {
-        // The channel could not open (the server is busy); try again.
+        // The channel could not open; try again.
       }
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
