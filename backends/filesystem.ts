@@ -1,7 +1,7 @@
 import { closeSync, type Dirent, fstatSync, openSync, statfsSync, type Stats } from "node:fs";
 import fs, { type FileHandle } from "node:fs/promises";
 import nodePath from "node:path";
-import { BaseBackend, failure, textWindow, type TextWindow, type UploadAnswer, type DownloadAnswer } from "../core/base.js";
+import { BaseBackend, failure, hidesNames, textWindow, type TextWindow, type UploadAnswer, type DownloadAnswer } from "../core/base.js";
 import { mapLimit } from "../core/concurrency.js";
 import { applyEdit } from "../core/edit.js";
 import { errors, StrataError } from "../core/errors.js";
@@ -10,7 +10,7 @@ import { compileGlob, type GlobMatcher } from "../core/glob.js";
 import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
 import { KeyedMutex } from "../core/lock.js";
-import { isWithin, joinPath, normalizePath, parentOf, relativeTo, sortByPath, sortEntriesOfOneDirectory } from "../core/paths.js";
+import { baseName, isWithin, joinPath, normalizePath, parentOf, relativeTo, sortByPath, sortEntriesOfOneDirectory } from "../core/paths.js";
 import type { DeleteResult, EditResult, FileDataV2, FileInfo, FilesUpdate, GrepMatch } from "../core/types.js";
 import type { PermissionOptions } from "../core/permissions.js";
 import type { GrepResult, WriteResult } from "../core/types.js";
@@ -159,7 +159,11 @@ export class FilesystemBackend extends BaseBackend {
     return this.options.useRipgrep !== false && (await ripgrepPath()) !== undefined;
   }
 
-  protected async doLs(dirPath: string, sizes = true): Promise<FileInfo[]> {
+  override get [hidesNames](): boolean {
+    return true;
+  }
+
+  protected async doLs(dirPath: string, sizes = true, hides?: (name: string) => boolean): Promise<FileInfo[]> {
     const r = this.resolve(dirPath);
     try {
       const start = this.listStartSync(r) ?? (await this.listStart(r));
@@ -171,14 +175,17 @@ export class FilesystemBackend extends BaseBackend {
         const keep = !sizes && this.listings.trusts(stat.dev, () => statfsSync(at(start.fd)).type);
         if (keep) {
           const kept = this.listings.get(r.path, stat);
-          if (kept) return kept;
+          if (kept) return hides ? kept.filter((info) => !hides(entryName(info))) : kept;
         }
-        const entries = (await readDirFast(start.fd, stat)).filter((entry) => !isInternalName(entry.name));
-        if (!sizes) {
-          const infos = this.kindsOnly(start.fd, r.path, entries);
-          if (keep) this.listings.set(r.path, stat, askedAt, infos);
-          return infos;
+        const all = (await readDirFast(start.fd, stat)).filter((entry) => !isInternalName(entry.name));
+        if (keep && this.listings.keeps(stat, askedAt, all.length)) {
+          // The whole listing is kept, for whatever a later call hides.
+          const infos = this.kindsOnly(start.fd, r.path, all);
+          this.listings.set(r.path, stat, askedAt, infos);
+          return hides ? infos.filter((info) => !hides(entryName(info))) : infos;
         }
+        const entries = hides ? all.filter((entry) => !hides(entry.name)) : all;
+        if (!sizes) return this.kindsOnly(start.fd, r.path, entries);
         // One lstat per entry, synchronously in slices (Slicer: a thread-pool round trip each costs several times the call).
         const infos: FileInfo[] = [];
         const shown: string[] = [];
@@ -1043,4 +1050,9 @@ function fsError(error: unknown, shown: string, creating = false): StrataError {
  */
 function textAsWritten(text: string): string | undefined {
   return /\p{Cs}/u.test(text) ? undefined : text;
+}
+
+/** A listing entry's own name (a directory's path ends in `/`). */
+function entryName(info: FileInfo): string {
+  return baseName(info.is_dir ? info.path.slice(0, -1) : info.path);
 }

@@ -84,13 +84,18 @@ export class ListingCache {
   set(dir: string, stat: Stats, askedAt: number, entries: readonly FileInfo[]): void {
     const old = this.kept.get(dir);
     if (old) this.drop(dir, old);
-    if (askedAt - Math.max(stat.mtimeMs, stat.ctimeMs) < SETTLED_MS || entries.length > MAX_ENTRIES / 4) return;
+    if (!this.keeps(stat, askedAt, entries.length)) return;
     this.kept.set(dir, { stamp: stampOf(stat), entries: entries.map((entry) => ({ path: entry.path, is_dir: entry.is_dir })) });
     this.size += entries.length;
     for (const [oldest, kept] of this.kept) {
       if (this.size <= MAX_ENTRIES) break;
       this.drop(oldest, kept);
     }
+  }
+
+  /** Whether `set` keeps a listing of `count` entries of a directory with these stamps. */
+  keeps(stat: Stats, askedAt: number, count: number): boolean {
+    return askedAt - Math.max(stat.mtimeMs, stat.ctimeMs) >= SETTLED_MS && count <= MAX_ENTRIES / 4;
   }
 
   private drop(dir: string, kept: Kept): void {

@@ -1,5 +1,5 @@
 import { AsyncLocalStorage } from "node:async_hooks";
-import { BaseBackend, deleteUnlessDirectory, deletesUnlessDirectory, type DeletesUnlessDirectory, type SingleDelete, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
+import { BaseBackend, deleteUnlessDirectory, deletesUnlessDirectory, hiddenNames, hidesNames, type DeletesUnlessDirectory, type HidesNames, type SingleDelete, type DownloadAnswer, type TextWindow, type UploadAnswer } from "../core/base.js";
 import { streamExecute, type ExecuteStream } from "../sandboxes/output.js";
 import { StrataError, errors, printable, toErrorInfo, type ErrorInfo } from "../core/errors.js";
 import { fileDataFromBytes } from "../core/filedata.js";
@@ -28,6 +28,7 @@ import type {
   FileInfo,
   FilesUpdate,
   GrepResult,
+  LsOptions,
   Result,
   SpawnOptions,
   SpawnedProcess,
@@ -235,9 +236,16 @@ export class PermissionedBackend extends BaseBackend {
   protected async doLs(path: string, sizes = true): Promise<FileInfo[]> {
     await this.authorize("read", "ls", path);
     const dir = this.caller(path);
-    // Every entry is a child of one directory (or the file listed): its rules are worked out once (listingDenial).
-    const denied = this.policy.listingDenial("read", dir);
-    const entries = this.unwrap(await this.inner.ls(dir, sizes ? undefined : { sizes })).entries.filter((entry) => !denied(entry.path));
+    // Every entry is a child of one directory (or the file listed): its rules are worked out once. A backend that
+    // can leaves the denied names out itself, before it builds their paths (see hiddenNames).
+    let entries: FileInfo[];
+    if ((this.inner as Partial<HidesNames>)[hidesNames] === true) {
+      const options: LsOptions & { [hiddenNames]: (name: string) => boolean } = { sizes, [hiddenNames]: this.policy.nameDenial("read", dir) };
+      entries = this.unwrap(await this.inner.ls(dir, options)).entries;
+    } else {
+      const denied = this.policy.listingDenial("read", dir);
+      entries = this.unwrap(await this.inner.ls(dir, sizes ? undefined : { sizes })).entries.filter((entry) => !denied(entry.path));
+    }
     return this.innerRoot === "/" ? entries : entries.map(this.driverInfo);
   }
 

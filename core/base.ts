@@ -76,6 +76,25 @@ export const deleteUnlessDirectory = Symbol("strata.deleteUnlessDirectory");
 /** What deleteUnlessDirectory did: deleted the path, or left a directory and listed its files. */
 export type SingleDelete = { deleted: Changed; tree?: undefined } | { tree: FileInfo[]; deleted?: undefined };
 
+/**
+ * Internal: an `ls` option, the names a listing leaves out among the listed
+ * directory's own entries (the permission wrapper's rules, worked out for
+ * that directory). A backend that reads names before it builds paths tests
+ * them there: short strings, where a test on each built path would cost
+ * more than the listing (a path built by concatenation is copied whole the
+ * first time a character of it is read). Honoured only by a backend whose
+ * `hidesNames` is true; the wrapper filters the paths itself otherwise.
+ */
+export const hiddenNames = Symbol("strata.hiddenNames");
+
+/** Whether a backend's `ls` honours `hiddenNames`. */
+export const hidesNames = Symbol("strata.hidesNames");
+
+/** A backend that may leave names out of a listing itself (see hiddenNames). */
+export interface HidesNames {
+  readonly [hidesNames]: boolean;
+}
+
 /** Whether a backend's deleteUnlessDirectory answers (rather than `unsupported`): a wrapper asks before it checks its rules. */
 export const deletesUnlessDirectory = Symbol("strata.deletesUnlessDirectory");
 
@@ -149,8 +168,11 @@ const NO_PATH = Symbol("no path");
  */
 export abstract class BaseBackend implements Backend {
   // ---- the driver: what each backend implements (paths as the caller gave them) ----
-  /** `sizes` false: names and kinds are enough (see LsOptions); a driver may ignore it. */
-  protected abstract doLs(path: string, sizes?: boolean): Promise<FileInfo[]>;
+  /**
+   * `sizes` false: names and kinds are enough (see LsOptions); a driver may
+   * ignore it. `hides`: see hiddenNames (given only where `hidesNames` is true).
+   */
+  protected abstract doLs(path: string, sizes?: boolean, hides?: (name: string) => boolean): Promise<FileInfo[]>;
   protected abstract doReadRaw(path: string): Promise<FileData>;
   protected abstract doWrite(path: string, content: string, overwrite: boolean): Promise<WriteResult>;
   protected abstract doEdit(path: string, oldString: string, newString: string, replaceAll: boolean): Promise<EditResult>;
@@ -401,7 +423,7 @@ export abstract class BaseBackend implements Backend {
 
   /** With no path: the start of the backend's path space (a sandbox's workspace). */
   ls(path?: unknown, options?: unknown): Promise<Result<Listing>> {
-    return this.answer(path === undefined ? NO_PATH : path, options, true, async (p, o) => ({ entries: await this.doLs(p, o.sizes === undefined || flag(o, "sizes")) }), (v) => ({ entries: v.entries.map(this.callerInfo) }));
+    return this.answer(path === undefined ? NO_PATH : path, options, true, async (p, o) => ({ entries: await this.doLs(p, o.sizes === undefined || flag(o, "sizes"), this[hidesNames] ? hidingOption(o) : undefined) }), (v) => ({ entries: v.entries.map(this.callerInfo) }));
   }
 
   read(path: unknown, options?: unknown): Promise<Result<ReadContent>> {
@@ -481,6 +503,11 @@ export abstract class BaseBackend implements Backend {
       },
       (v) => (v.tree ? { tree: v.tree.map(this.callerInfo) } : { deleted: this.callerChange(v.deleted) }),
     );
+  }
+
+  /** See hiddenNames: true where doLs applies `hides`. */
+  get [hidesNames](): boolean {
+    return false;
   }
 
   /** See deletesUnlessDirectory: true where doDeleteUnlessDirectory is overridden and answers. */
@@ -805,6 +832,11 @@ function checkOptions(options: unknown): Options {
   const copy = readOptions(options as Options);
   if (copy.signal !== undefined && !(copy.signal instanceof AbortSignal)) throw errors.invalidArgument("signal must be an AbortSignal");
   return copy;
+}
+
+function hidingOption(options: Options): ((name: string) => boolean) | undefined {
+  const hides = (options as { [hiddenNames]?: unknown })[hiddenNames];
+  return typeof hides === "function" ? (hides as (name: string) => boolean) : undefined;
 }
 
 function checkPath(path: unknown): string {

@@ -238,22 +238,46 @@ export class PermissionPolicy {
    * gates. Any other path is checked in full.
    */
   listingDenial(operation: PermissionOperation, dir: string): (path: string) => boolean {
-    const denials = this.rulesFor(operation).filter((c) => c.rule.action === "deny");
-    if (denials.length === 0) return () => false;
-    const base = withoutTrailingSlash(dir);
-    const prefix = base === "/" ? "/" : `${base}/`;
-    const dirDenied = this.check(operation, base).action === "deny";
+    const prefix = childPrefix(dir);
+    const child = this.childDenial(operation, prefix);
+    if (child === false) return () => false;
     const full = (path: string) => this.check(operation, path).action === "deny";
     return (path) => {
       const target = path.charCodeAt(path.length - 1) === 47 /* / */ ? withoutTrailingSlash(path) : path;
       // A direct child: its name starts right after the prefix (a deeper path has ancestors this shortcut has not seen).
       const start = nameStart(target);
       if (start !== prefix.length || start === target.length || !target.startsWith(prefix)) return full(path);
-      if (dirDenied) return true;
+      return child === true || child(target, start, target);
+    };
+  }
+
+  /**
+   * listingDenial for the names of `dir`'s own entries (see hiddenNames in
+   * core/base): a name costs only the rules' gates, tested on the name
+   * itself; the child's path is built only for a rule whose gate it passes.
+   */
+  nameDenial(operation: PermissionOperation, dir: string): (name: string) => boolean {
+    const prefix = childPrefix(dir);
+    const child = this.childDenial(operation, prefix);
+    if (typeof child === "boolean") return () => child;
+    return (name) => child(name, 0, prefix + name);
+  }
+
+  /**
+   * The test listingDenial and nameDenial share, for a direct child of the
+   * directory `prefix` names: `text` holds the child's name from `start`,
+   * and `path` is its whole path. false: no deny rule at all; true: the
+   * directory itself is denied, so every child is.
+   */
+  private childDenial(operation: PermissionOperation, prefix: string): boolean | ((text: string, start: number, path: string) => boolean) {
+    const denials = this.rulesFor(operation).filter((c) => c.rule.action === "deny");
+    if (denials.length === 0) return false;
+    if (this.check(operation, prefix === "/" ? "/" : prefix.slice(0, -1)).action === "deny") return true;
+    return (text, start, path) => {
       for (const c of denials) {
         if (c.matchers === null) return true;
-        if (c.gate !== null && !c.gate(target, start)) continue;
-        if (matchedPattern(c.matchers, null, target, false) !== undefined) return true;
+        if (c.gate !== null && !c.gate(text, start)) continue;
+        if (matchedPattern(c.matchers, null, path, false) !== undefined) return true;
       }
       return false;
     };
@@ -362,6 +386,12 @@ function verdictAmong(rules: readonly CompiledRule[], target: string, ancestors:
 
 function withoutTrailingSlash(path: string): string {
   return path.length > 1 && path.charCodeAt(path.length - 1) === 47 /* / */ ? path.replace(/\/+$/, "") : path;
+}
+
+/** What the paths of a directory's entries start with: `/` for the root, else the directory and a `/`. */
+function childPrefix(dir: string): string {
+  const base = withoutTrailingSlash(dir);
+  return base === "/" ? "/" : `${base}/`;
 }
 
 /**

@@ -88,11 +88,19 @@ describe("listings kept while their directory is unchanged", () => {
     const dir = path.join(root, "many");
     await fs.mkdir(dir);
     for (let i = 0; i < 50; i++) await fs.writeFile(path.join(dir, `f${i}.txt`), "x");
+    // Secrets (the default rules): the listing kept is the whole directory, and each answer leaves them out.
+    await fs.writeFile(path.join(dir, ".env"), "KEY=1");
+    await fs.mkdir(path.join(dir, ".ssh"));
     await pause();
+    const secretsHidden = (listed: string[]) => expect(listed.filter((line) => /\.env|\.ssh/.test(line))).toEqual([]);
+    secretsHidden(await kinds("/many")); // read afresh: the directory is not settled yet
     // Every directory looks settled to the backend: its clock runs a minute ahead.
     vi.useFakeTimers({ toFake: ["Date"] });
     vi.setSystemTime(Date.now() + 60_000);
     try {
+      secretsHidden(await kinds("/many")); // read and kept
+      secretsHidden(await kinds("/many")); // the kept listing
+      expect(await kinds("/many")).toHaveLength(50);
       const changes: Array<() => Promise<unknown>> = [
         () => fs.writeFile(path.join(dir, "new.txt"), "x"),
         () => fs.unlink(path.join(dir, "f3.txt")),

@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { PermissionPolicy, type PermissionAction, type PermissionRule } from "../core/permissions.js";
+import { baseName, parentOf } from "../core/paths.js";
 
 /** find's -name: `*` any bytes (a dot and a newline too), everything else literal. */
 function findName(glob: string, name: string): boolean {
@@ -48,7 +49,7 @@ describe("PermissionPolicy shortcuts agree with check", () => {
     );
   });
 
-  it("listingDenial equals check(...).action === 'deny'", () => {
+  it("listingDenial, and nameDenial for a child, equal check(...).action === 'deny'", () => {
     fc.assert(
       fc.property(fc.array(rule, { minLength: 1, maxLength: 3 }), path, fc.boolean(), fc.boolean(), (rules, child, slash, deeper) => {
         const policy = policyOf(rules);
@@ -57,6 +58,10 @@ describe("PermissionPolicy shortcuts agree with check", () => {
         const dir = parts.length > 2 ? parts.slice(0, deeper ? -2 : -1).join("/") || "/" : "/";
         const entry = slash ? `${child}/` : child;
         expect(policy.listingDenial("read", dir)(entry), `${JSON.stringify(rules)} dir ${dir} entry ${entry}`).toBe(policy.check("read", entry).action === "deny");
+        // nameDenial: the same answer from the entry's name alone, for a child of dir.
+        if (dir === parentOf(child) && child !== "/") {
+          expect(policy.nameDenial("read", dir)(baseName(child)), `${JSON.stringify(rules)} dir ${dir} name of ${child}`).toBe(policy.check("read", entry).action === "deny");
+        }
       }),
       { numRuns: 20000 },
     );

@@ -108,7 +108,7 @@ describe("PermissionPolicy", () => {
     }
   });
 
-  it("listingDenial answers whether check denies, for a listing's children and for any other path", () => {
+  it("listingDenial answers whether check denies, for a listing's children and for any other path; nameDenial for a child's name", () => {
     const rules: PermissionRule[] = [
       ...SECRETS_PRESET,
       { action: "ask", operations: ["read", "write"], paths: ["/docs/**", "*.draft"] },
@@ -127,6 +127,10 @@ describe("PermissionPolicy", () => {
           const others = [dir, `${dir === "/" ? "" : dir}/.ssh/id`, `${dir === "/" ? "" : dir}/a/.env`, `${dir}x/.env`, "/.env", "/deep/y/hidden"];
           for (const path of [...children, ...others]) {
             expect(denied(path), `${operation} ${path} listing ${dir} (root ${root})`).toBe(policy.check(operation, path).action === "deny");
+          }
+          const deniedName = policy.nameDenial(operation, dir);
+          for (const name of names) {
+            expect(deniedName(name), `${operation} name ${name} listing ${dir} (root ${root})`).toBe(policy.check(operation, `${dir === "/" ? "" : dir}/${name}`).action === "deny");
           }
         }
       }
