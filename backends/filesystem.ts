@@ -10,7 +10,7 @@ import { compileGlob, type GlobMatcher } from "../core/glob.js";
 import { capMatches, sortMatches, validateGrepPattern, validateMaxCount } from "../core/grep.js";
 import { checkQuota, type Quota, type Usage, validateQuota } from "../core/limits.js";
 import { KeyedMutex } from "../core/lock.js";
-import { baseName, isReservedName, isWithin, joinPath, normalizePath, parentOf, relativeTo, sortByPath, sortEntriesOfOneDirectory } from "../core/paths.js";
+import { baseName, isWithin, joinPath, normalizePath, parentOf, relativeTo, sortByPath, sortEntriesOfOneDirectory } from "../core/paths.js";
 import type { DeleteResult, EditResult, FileDataV2, FileInfo, FilesUpdate, GrepMatch } from "../core/types.js";
 import type { PermissionOptions } from "../core/permissions.js";
 import type { GrepResult, WriteResult } from "../core/types.js";
@@ -874,9 +874,8 @@ export class FilesystemBackend extends BaseBackend {
     const root = await openDirPath(await this.hostRoot(), []);
     try {
       await walkFiles(root, "/", {
-        unaddressable: true,
         file: (dirFd, name) => {
-          if (isReservedName(name)) return;
+          if (isInternalName(name)) return;
           const stat = lstatAtSync(dirFd, name);
           if (!stat?.isFile()) return;
           usage.bytes += stat.size;

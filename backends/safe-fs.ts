@@ -14,8 +14,8 @@
  * directory is *moved* elsewhere meanwhile; doing so needs write access
  * outside the root, which nothing in the backend grants. Temp files of
  * atomic writes (`.strata-tmp-*`) and lock files (`.strata-lock-*`) exist
- * beside their target for a moment; listings and searches hide them, and
- * names no virtual path can address (isInternalName).
+ * beside their target for a moment; listings and searches hide them
+ * (isInternalName).
  */
 import { hostname } from "node:os";
 import { closeSync, constants, fchmodSync, fstatSync, fsync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, renameSync, rmdirSync, unlinkSync, writeSync, type Dirent, type Stats } from "node:fs";
@@ -470,8 +470,6 @@ export interface WalkOptions {
   fileSuffix?: string;
   /** Called for each directory before it is entered (symlinks to directories are not directories here). */
   dir?: (dirFd: number, name: string, path: string) => void;
-  /** Visit names no virtual path can address (`a\\b`) too: a measure of the space in use counts them. */
-  unaddressable?: boolean;
 }
 
 /** Directories whose entries may be read on the thread pool at once, while this thread reads and handles others. */
@@ -614,7 +612,7 @@ function handleEntries(w: Walk, current: WalkDir, entries: Dirent[], from: numbe
     const entry = entries[i]!;
     const name = entry.name;
     // Whatever sits under an internal name (a command may make a directory of one) is as hidden as the name.
-    if (w.options.unaddressable ? isReservedName(name) : isInternalName(name)) continue;
+    if (isInternalName(name)) continue;
     if (entry.isDirectory()) {
       const path = prefix + name;
       dir?.(current.fd, name, path);
@@ -669,15 +667,8 @@ export class DirCursor {
 const TEMP_PREFIX = ".strata-tmp-";
 const LOCK_PREFIX = ".strata-lock-";
 
-/**
- * Names listings and searches leave out: those this module creates beside a
- * target (temp files, lock files: core's reserved names), and those no
- * virtual path can address (a program may create `a\b`), as the sandboxes
- * leave them out.
- */
-export function isInternalName(name: string): boolean {
-  return isReservedName(name) || name.includes("\\");
-}
+/** Names this module creates beside a target (temp files, lock files): core's reserved names, hidden from listings. */
+export const isInternalName = isReservedName;
 
 /** A lock older than this is stale whoever holds it: every locked step is one read, one write and one rename. */
 export const STALE_LOCK_MS = 30_000;

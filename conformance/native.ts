@@ -362,19 +362,6 @@ export function describeNative(options: NativeOptions): void {
       expect(await exists("/kit")).toBe(false);
     });
 
-    if (options.execute) it("leaves out of listings and searches a name no virtual path can address (`a\\b`), and what lies under one", async () => {
-      const sandbox = b();
-      if (!isSandbox(sandbox)) throw new Error("not a sandbox");
-      ok(await sandbox.execute("mkdir -p 'odd/x\\y' && echo needle > 'odd/a\\b' && echo needle > 'odd/x\\y/in' && echo needle > odd/plain"), "prepare");
-      expect(ok(await sandbox.ls("/odd"), "ls").entries.map((e) => e.path)).toEqual(["/odd/plain"]);
-      expect(ok(await sandbox.ls("/odd", { sizes: false }), "ls names").entries.map((e) => e.path)).toEqual(["/odd/plain"]);
-      expect(ok(await sandbox.glob("**", { path: "/odd", includeDirectories: true }), "glob").entries.map((e) => e.path)).toEqual(["/odd/plain"]);
-      expect(ok(await sandbox.grep("needle", { path: "/odd" }), "grep").matches.map((m) => m.path)).toEqual(["/odd/plain"]);
-      // Not hidden from the directory's own delete.
-      ok(await sandbox.delete("/odd"), "delete");
-      expect(await exists("/odd")).toBe(false);
-    });
-
     if (options.execute && options.links !== false) it("lists links that loop (to their own directory, to each other) as entries, never leaves them out", async () => {
       const sandbox = b();
       if (!isSandbox(sandbox)) throw new Error("not a sandbox");
