@@ -233,14 +233,16 @@ export class PermissionedBackend extends BaseBackend {
 
   // ---- the driver ----
 
-  protected async doLs(path: string, sizes = true): Promise<FileInfo[]> {
+  protected async doLs(path: string, sizes = true, hides?: (name: string) => boolean): Promise<FileInfo[]> {
     await this.authorize("read", "ls", path);
     const dir = this.caller(path);
     // Every entry is a child of one directory (or the file listed): its rules are worked out once. A backend that
-    // can leaves the denied names out itself, before it builds their paths (see hiddenNames).
+    // can leaves the denied names out itself, before it builds their paths (see hiddenNames); so does this one,
+    // for an outer wrapper's names (`hides`, given only where the inner backend takes them too).
     let entries: FileInfo[];
-    if ((this.inner as Partial<HidesNames>)[hidesNames] === true) {
-      const options: LsOptions & { [hiddenNames]: (name: string) => boolean } = { sizes, [hiddenNames]: this.policy.nameDenial("read", dir) };
+    if (this[hidesNames]) {
+      const own = this.policy.nameDenial("read", dir);
+      const options: LsOptions & { [hiddenNames]: (name: string) => boolean } = { sizes, [hiddenNames]: hides ? (name) => own(name) || hides(name) : own };
       entries = this.unwrap(await this.inner.ls(dir, options)).entries;
     } else {
       const denied = this.policy.listingDenial("read", dir);
@@ -312,6 +314,11 @@ export class PermissionedBackend extends BaseBackend {
     const both = names === undefined || own === undefined ? undefined : [...names, ...own];
     const done = this.unwrap(await this.innerDeleteUnlessDirectory(path, both));
     return done.deleted ? (this.changeResult(done.deleted) as DeleteResult) : done.tree.map(this.driverInfo);
+  }
+
+  /** As the wrapped backend: wrappers stack (an outer one's names are passed on with this one's). */
+  override get [hidesNames](): boolean {
+    return (this.inner as Partial<HidesNames>)[hidesNames] === true;
   }
 
   /** As the wrapped backend: wrappers stack. */

@@ -88,7 +88,7 @@ export const SWEEP_KILL = `k=$(echo $k) j=$(echo $j)
 export const KILL_SCRIPT = `[ -n "$1" ] && kill -9 -"$1" 2>/dev/null
 [ -n "$2" ] || exit 0
 : > "${STOPPED_PREFIX}$2" 2>/dev/null
-idle=
+idle= j=
 for _ in ${SWEEP_ROUNDS}; do
   k=$(grep -l -z -F "${MARKER_VARIABLE}=$2" /proc/[0-9]*/environ 2>/dev/null | sed 's|^/proc/||; s|/environ$||')
   ${SWEEP_KILL}

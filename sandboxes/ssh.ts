@@ -108,8 +108,8 @@ const MAX_COMMANDS = 6;
 const SFTP_CONCURRENCY = 64;
 /** Attempts at a kill's channel, 200 ms apart. */
 const KILL_TRIES = 25;
-/** How long `close()` waits for the kills of running commands to reach the server. */
-const CLOSE_KILL_WAIT_MS = 5_000;
+/** How long `close()` waits for the kills of running commands to reach the server: longer than a kill's retries. */
+const CLOSE_KILL_WAIT_MS = KILL_TRIES * 200 + 2_000;
 const KEEPALIVE_COUNT = 3;
 /** `connectTimeoutSeconds` unless the options say otherwise. */
 const CONNECT_TIMEOUT_SECONDS = 20;

@@ -393,6 +393,22 @@ describe("withPermissions", () => {
   });
 });
 
+describe("guards stacked on a FilesystemBackend", () => {
+  it("ls leaves out the names each guard denies (the outer one's rules and the secrets preset), with and without sizes, read afresh or kept", async () => {
+    const workspace = tempDir();
+    for (const name of ["a.txt", "b.secret", ".env", "c.draft"]) writeFileSync(join(workspace, name), "x");
+    mkdirSync(join(workspace, "keys.secret"));
+    const inner = new FilesystemBackend({ workspace }); // guarded by the secrets preset
+    const middle = withPermissions(inner, { rules: [{ action: "deny", operations: ["read"], paths: ["*.draft"] }] });
+    const outer = withPermissions(middle, { rules: [{ action: "deny", operations: ["read"], paths: ["*.secret"] }] });
+    expect((await outer.read("/b.secret")).error?.code).toBe("permission_denied");
+    for (const sizes of [true, false, false]) {
+      expect((await outer.ls("/", { sizes })).entries!.map((e) => e.path), `sizes ${sizes}`).toEqual(["/a.txt"]);
+      expect((await middle.ls("/", { sizes })).entries!.map((e) => e.path), `sizes ${sizes}`).toEqual(["/a.txt", "/b.secret", "/keys.secret/"]);
+    }
+  });
+});
+
 describe("an ask rule on delete", () => {
   it("is asked once for a file and once per entry for a directory, direct or under another wrapper, on disk and in a LocalSandbox", async () => {
     const asked: string[] = [];
