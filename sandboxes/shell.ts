@@ -103,11 +103,19 @@ export const LINKED_FN = `linked() {
  */
 export const READ_THROUGH_LINK = `if { [ "$P" != "$W" ] && [ -L "$P" ]; } || linked "$P"; then echo "via $(readlink -f -- "$P")"; exit 0; fi`;
 
+/**
+ * sh: whether "$a" is still something other than a directory, from one stat
+ * (a dangling link too). Asked only once `[ -e ]` and `[ -d ]` said so: a
+ * directory a concurrent delete removed between those two tests would pass
+ * for a file, and the write would answer not_a_directory.
+ */
+const STILL_NOT_DIRECTORY = `{ strata_t=$(stat -L -c %F -- "$a" 2>/dev/null); if [ -n "$strata_t" ]; then [ "$strata_t" != directory ]; else [ -L "$a" ]; fi; }`;
+
 /** Stops unless "$P" may become a file: not a directory, and no ancestor up to "$W" is a file. */
 export const CHECK_PLACE_FOR_FILE = `[ -d "$P" ] && { echo isdir; exit 0; }
 a=\${P%/*}
 while [ "\${#a}" -gt "\${#W}" ]; do
-  if [ -e "$a" ] || [ -L "$a" ]; then [ -d "$a" ] || { echo notdir; exit 0; }; fi
+  if [ -e "$a" ] || [ -L "$a" ]; then [ -d "$a" ] || ! ${STILL_NOT_DIRECTORY} || { echo notdir; exit 0; }; fi
   a=\${a%/*}
 done`;
 
@@ -225,7 +233,7 @@ undo() {
 why() {
   a=$d
   while [ "\${#a}" -gt "\${#W}" ]; do
-    if [ -e "$a" ] || [ -L "$a" ]; then [ -d "$a" ] || { echo notdir; return; }; fi
+    if [ -e "$a" ] || [ -L "$a" ]; then [ -d "$a" ] || ! ${STILL_NOT_DIRECTORY} || { echo notdir; return; }; fi
     a=\${a%/*}
   done
   if [ -d "$P" ]; then echo isdir
@@ -278,7 +286,7 @@ export const PLACE_FN = `place() {
   a=\${1%/*}
   while [ "\${#a}" -gt "\${#W}" ]; do
     [ -L "$a" ] && { echo link; return; }
-    if [ -e "$a" ]; then [ -d "$a" ] || { echo notdir; return; }; fi
+    if [ -e "$a" ]; then [ -d "$a" ] || ! ${STILL_NOT_DIRECTORY} || { echo notdir; return; }; fi
     a=\${a%/*}
   done
   echo ok
