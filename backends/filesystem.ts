@@ -175,14 +175,14 @@ export class FilesystemBackend extends BaseBackend {
         const keep = !sizes && this.listings.trusts(stat.dev, () => statfsSync(at(start.fd)).type);
         if (keep) {
           const kept = this.listings.get(r.path, stat);
-          if (kept) return hides ? kept.filter((info) => !hides(entryName(info))) : kept;
+          if (kept) return visible(kept, hides);
         }
         const all = (await readDirFast(start.fd, stat)).filter((entry) => !isInternalName(entry.name));
         if (keep && this.listings.keeps(stat, askedAt, all.length)) {
           // The whole listing is kept, for whatever a later call hides.
           const infos = this.kindsOnly(start.fd, r.path, all);
           this.listings.set(r.path, stat, askedAt, infos);
-          return hides ? infos.filter((info) => !hides(entryName(info))) : infos;
+          return visible(infos, hides);
         }
         const entries = hides ? all.filter((entry) => !hides(entry.name)) : all;
         if (!sizes) return this.kindsOnly(start.fd, r.path, entries);
@@ -1052,7 +1052,7 @@ function textAsWritten(text: string): string | undefined {
   return /\p{Cs}/u.test(text) ? undefined : text;
 }
 
-/** A listing entry's own name (a directory's path ends in `/`). */
-function entryName(info: FileInfo): string {
-  return baseName(info.is_dir ? info.path.slice(0, -1) : info.path);
+/** The entries of a whole listing whose own name `hides` does not hide (a directory's path ends in `/`). */
+function visible(infos: FileInfo[], hides: ((name: string) => boolean) | undefined): FileInfo[] {
+  return hides ? infos.filter((info) => !hides(baseName(info.is_dir ? info.path.slice(0, -1) : info.path))) : infos;
 }

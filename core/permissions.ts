@@ -247,37 +247,38 @@ export class PermissionPolicy {
       // A direct child: its name starts right after the prefix (a deeper path has ancestors this shortcut has not seen).
       const start = nameStart(target);
       if (start !== prefix.length || start === target.length || !target.startsWith(prefix)) return full(path);
-      return child === true || child(target, start, target);
+      return child === true || child(target, start, false);
     };
   }
 
   /**
    * listingDenial for the names of `dir`'s own entries (see hiddenNames in
    * core/base): a name costs only the rules' gates, tested on the name
-   * itself; the child's path is built only for a rule whose gate it passes.
+   * itself.
    */
   nameDenial(operation: PermissionOperation, dir: string): (name: string) => boolean {
     const prefix = childPrefix(dir);
     const child = this.childDenial(operation, prefix);
     if (typeof child === "boolean") return () => child;
-    return (name) => child(name, 0, prefix + name);
+    return (name) => child(name, 0, true);
   }
 
   /**
    * The test listingDenial and nameDenial share, for a direct child of the
    * directory `prefix` names: `text` holds the child's name from `start`,
-   * and `path` is its whole path. false: no deny rule at all; true: the
-   * directory itself is denied, so every child is.
+   * and is its whole path unless `bare` (the name alone: the path is built
+   * only for a rule whose gate the name passes). false: no deny rule at all;
+   * true: the directory itself is denied, so every child is.
    */
-  private childDenial(operation: PermissionOperation, prefix: string): boolean | ((text: string, start: number, path: string) => boolean) {
+  private childDenial(operation: PermissionOperation, prefix: string): boolean | ((text: string, start: number, bare: boolean) => boolean) {
     const denials = this.rulesFor(operation).filter((c) => c.rule.action === "deny");
     if (denials.length === 0) return false;
     if (this.check(operation, prefix === "/" ? "/" : prefix.slice(0, -1)).action === "deny") return true;
-    return (text, start, path) => {
+    return (text, start, bare) => {
       for (const c of denials) {
         if (c.matchers === null) return true;
         if (c.gate !== null && !c.gate(text, start)) continue;
-        if (matchedPattern(c.matchers, null, path, false) !== undefined) return true;
+        if (matchedPattern(c.matchers, null, bare ? prefix + text : text, false) !== undefined) return true;
       }
       return false;
     };
